@@ -1,0 +1,1 @@
+"""The coordinator: swarm view, SkipPipe planner, schedule publishing. Never imports peer/."""

@@ -1,0 +1,94 @@
+"""`skippipe-coordinator`: run a swarm's coordinator, or use the planner offline.
+
+Subcommands: run (default), plan, simulate, topology.
+"""
+import argparse
+import logging
+import sys
+
+from protocol.cli_support import OneLineErrorParser, positive_int, skip_ratio
+from protocol.ids import check_run_name
+
+from coordinator import offline_cli
+from coordinator.config import CoordinatorConfig
+
+DESCRIPTION = """\
+Coordinate a SkipPipe Swarm training run, or plan and simulate schedules offline.
+
+  run        start (or join) the DHT, publish the run spec, watch peers, plan SkipPipe
+             routes and publish the schedule; re-plan when peers join or leave (default)
+  plan       plan a schedule for a topology file
+  simulate   predict a schedule's iteration time (and draw it as a Gantt chart)
+  topology   write a preset topology (geo, clusters, single)
+"""
+SUBCOMMANDS = ("run", "plan", "simulate", "topology", "-h", "--help")
+
+
+def run_name(text: str) -> str:
+    try:
+        return check_run_name(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--run", type=run_name, default="default", help="run name peers join with --run")
+    p.add_argument("--model", default="tiny", help="model config: tiny, small, 500m, 1.5b (default: tiny)")
+    p.add_argument("--stages", type=positive_int, default=3, help="pipeline stages (default: 3)")
+    p.add_argument("--skip", type=skip_ratio, default=0.0, metavar="K",
+                   help="skip ratio k in [0, 1), e.g. 0.33 or 1/3 (default: 0, the full pipeline)")
+    p.add_argument("--strategy", choices=["skippipe", "full", "random-skip"], default="skippipe")
+    p.add_argument("--seed", type=int, default=0, help="seed for model init, data and planning")
+    p.add_argument("--steps", type=int, default=0, help="iterations to train; 0 = until stopped")
+    p.add_argument("--microbatch-samples", type=positive_int, default=4)
+    p.add_argument("--seq-len", type=positive_int, default=64)
+    p.add_argument("--microbatches", type=positive_int, default=4, help="microbatches per stage-0 peer per iteration")
+    p.add_argument("--lr", type=float, default=3e-3, help="peak AdamW learning rate")
+    p.add_argument("--warmup", type=int, default=5, help="warm-up iterations")
+    p.add_argument("--host-maddrs", nargs="+", default=["/ip4/0.0.0.0/tcp/0"], metavar="MADDR")
+    p.add_argument("--announce-maddrs", nargs="+", default=[], metavar="MADDR")
+    p.add_argument("--initial-peers", nargs="+", default=[], metavar="MADDR", help="join an existing DHT")
+    p.add_argument("--min-peers", type=int, default=0, help="wait for this many peers before planning")
+    p.add_argument("--status-port", type=int, default=0, help="reserved for the HTTP status page")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.set_defaults(func=run_command)
+
+
+def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
+    return CoordinatorConfig(
+        run=args.run, model=args.model, num_stages=args.stages, skip_ratio=args.skip,
+        strategy=args.strategy, seed=args.seed, max_steps=args.steps,
+        microbatch_samples=args.microbatch_samples, seq_len=args.seq_len,
+        microbatches_per_origin=args.microbatches, learning_rate=args.lr, warmup_steps=args.warmup,
+        host_maddrs=tuple(args.host_maddrs), announce_maddrs=tuple(args.announce_maddrs),
+        initial_peers=tuple(args.initial_peers), min_peers=args.min_peers, status_port=args.status_port,
+    )
+
+
+def run_command(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from coordinator.app import run_coordinator  # hivemind only once the flags are valid
+    return run_coordinator(config_from_args(args))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = OneLineErrorParser(prog="skippipe-coordinator", description=DESCRIPTION,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", metavar="{run,plan,simulate,topology}",
+                           parser_class=OneLineErrorParser)
+    add_run_arguments(sub.add_parser("run", help="coordinate a live run (default)",
+                                     description="Coordinate a live SkipPipe training run."))
+    offline_cli.register(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in SUBCOMMANDS:
+        argv.insert(0, "run")  # `skippipe-coordinator --run X ...` means `run`
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

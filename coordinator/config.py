@@ -1,0 +1,25 @@
+"""Typed configuration of the coordinator's `run` mode (filled from CLI flags)."""
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CoordinatorConfig:
+    run: str = "default"
+    model: str = "tiny"
+    num_stages: int = 3
+    skip_ratio: float = 0.0
+    strategy: str = "skippipe"
+    seed: int = 0
+    max_steps: int = 0                      # 0 = train until stopped
+    microbatch_samples: int = 4
+    seq_len: int = 64
+    microbatches_per_origin: int = 4
+    learning_rate: float = 3e-3
+    warmup_steps: int = 5
+    host_maddrs: tuple[str, ...] = ("/ip4/0.0.0.0/tcp/0",)
+    announce_maddrs: tuple[str, ...] = ()
+    initial_peers: tuple[str, ...] = ()
+    min_peers: int = 0                      # wait for this many peers before the first plan
+    poll_interval_s: float = 1.0
+    replan_hold_s: float = 2.0              # membership must be stable this long (hysteresis)
+    status_port: int = 0                    # reserved for the status page

@@ -1,0 +1,108 @@
+"""`plan(topology, config, rng_or_seed) -> Schedule`: partition, paths, order, prediction."""
+import dataclasses
+import random
+
+from coordinator.planner.baselines import full_paths, random_skip_paths
+from coordinator.planner.config import PlanConfig, PlanningError
+from coordinator.planner.costs import CostModel
+from coordinator.planner.partition import data_node_count, partition
+from coordinator.planner.paths import PathPlanner
+from coordinator.planner.rules import path_length
+from coordinator.planner.simulate import simulate
+from protocol.schedule import Hop, OrderEntry, PeerOrder, Phase, Route, Schedule, StageAssignment
+from protocol.topology import Topology
+
+
+def _rng(rng_or_seed) -> tuple[random.Random, int]:
+    if isinstance(rng_or_seed, random.Random):
+        return rng_or_seed, 0
+    if hasattr(rng_or_seed, "integers"):              # numpy Generator
+        return random.Random(int(rng_or_seed.integers(2**62))), 0
+    if isinstance(rng_or_seed, int) and rng_or_seed >= 0:
+        return random.Random(rng_or_seed), rng_or_seed
+    raise PlanningError(f"seed must be a non-negative int, random.Random or numpy Generator, got {rng_or_seed!r}")
+
+
+def _check(topology: Topology, cost: CostModel) -> None:
+    w = topology.workload
+    if len(w.layers_per_stage()) != w.num_stages or sum(w.layers_per_stage()) != w.num_layers:
+        raise PlanningError(f"stage_sizes {w.stage_sizes} do not split {w.num_layers} layers into {w.num_stages} stages")
+    if len(topology.nodes) < w.num_stages:
+        raise PlanningError(f"topology has {len(topology.nodes)} nodes but {w.num_stages} stages need at least "
+                            f"{w.num_stages} (one node per stage)")
+    bad = [n.id for n, m in zip(topology.nodes, cost.memory) if m < 1]
+    if bad:
+        raise PlanningError(f"memory_microbatches < 1 on {', '.join(bad)}: no microbatch could ever run there")
+
+
+def _microbatches(stage_of: list[int], m: int, rng: random.Random | None) -> list[tuple[int, int]]:
+    """(id, origin) in planning order: round j takes microbatch j of every origin."""
+    origins = [n for n, s in enumerate(stage_of) if s == 0]
+    out = []
+    for j in range(m):
+        order = list(range(len(origins)))
+        if rng is not None:
+            rng.shuffle(order)
+        out += [(k * m + j, origins[k]) for k in order]
+    return out
+
+
+def _schedule(topology, config, stage_of, paths, node_tasks, skip_ratio, seed) -> Schedule:
+    ids = topology.node_ids
+    routes = tuple(Route(mb, tuple(Hop(st, ids[n]) for st, n in zip(stages, nodes)))
+                   for mb, stages, nodes in sorted(paths))
+    order = tuple(PeerOrder(ids[n], tuple(OrderEntry(mb, ph) for *_, mb, ph in sorted(tasks)))
+                  for n, tasks in sorted(node_tasks.items()) if tasks)
+    return Schedule(config.run, config.epoch, config.strategy, topology.workload.num_stages, skip_ratio,
+                    tuple(StageAssignment(ids[n], st) for n, st in enumerate(stage_of)), routes, order,
+                    0.0, seed)
+
+
+def _with_prediction(schedule: Schedule, topology: Topology, cost: CostModel) -> tuple[Schedule, float]:
+    t = simulate(schedule, topology, cost).iteration_time_s
+    return dataclasses.replace(schedule, predicted_iteration_s=t), t
+
+
+def _skippipe(topology, config, cost, stage_of, length, rng, seed) -> Schedule:
+    cfg, m = config.planner, topology.workload.microbatches_per_data_node
+    best, best_t = None, float("inf")
+    for attempt in range(cfg.restarts + 1):
+        mbs = _microbatches(stage_of, m, rng if attempt else None)
+        planner = PathPlanner(cost, stage_of, length, cfg, len(mbs))
+        paths, node_tasks = [], {}
+        for mb, origin in mbs:
+            p = planner.plan_one(mb, origin)
+            paths.append((mb, p.stages, p.nodes))
+            for n, kind, start, end in p.tasks:    # the head is the origin's second FORWARD
+                phase = Phase.BACKWARD if kind == "B" else Phase.FORWARD
+                node_tasks.setdefault(n, []).append((start, end, mb, phase))
+        variants = [node_tasks] if cfg.collision_avoidance else []
+        for tasks in variants + [{}]:               # the planned order, and plain FIFO
+            sched, t = _with_prediction(_schedule(topology, config, stage_of, paths, tasks,
+                                                  config.skip_ratio, seed), topology, cost)
+            if t < best_t - 1e-9:
+                best, best_t = sched, t
+    return best
+
+
+def plan(topology: Topology, config: PlanConfig | None = None, rng_or_seed=0) -> Schedule:
+    """Plan one iteration for `topology`; deterministic for an int seed. Raises PlanningError."""
+    config = config or PlanConfig()
+    rng, seed = _rng(rng_or_seed)
+    cost = CostModel(topology)
+    _check(topology, cost)
+    w, cfg = topology.workload, config.planner
+    length = path_length(w.num_stages, config.skip_ratio)
+    pinned0 = sum(1 for n in topology.nodes if n.stage == 0)
+    d = data_node_count(len(topology.nodes), w.num_stages, length, pinned0, cfg.data_nodes)
+    if config.strategy == "skippipe":
+        stage_of = partition(cost, length, d, cfg.partition_iters, rng)
+        return _skippipe(topology, config, cost, stage_of, length, rng, seed)
+    stage_of = partition(cost, w.num_stages, d, cfg.partition_iters, rng)   # DT-FM: full-pipeline partition
+    mbs = _microbatches(stage_of, w.microbatches_per_data_node, None)
+    if config.strategy == "full":
+        paths, k = full_paths(cost, stage_of, mbs), 0.0
+    else:
+        paths, k = random_skip_paths(cost, stage_of, length, cfg, mbs, rng), config.skip_ratio
+    sched = _schedule(topology, config, stage_of, paths, {}, k, seed)
+    return _with_prediction(sched, topology, cost)[0]

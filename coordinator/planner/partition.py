@@ -1,0 +1,122 @@
+"""Nodes -> stages.
+
+Instead of the paper's genetic search, a simulated-annealing local search (swap two nodes'
+stages, or move a replica between stages >= 1) over a vectorised analytic estimate of the
+iteration time; the estimate is a max of lower bounds:
+- per origin o: its microbatches' round trips, M / m_o waves of
+  (stage-0 work + share x sum over stages of the cheapest "o -> replica -> o" detour),
+  which rewards partitions that put a replica of every stage near every data node;
+- per origin: its own compute M x (F0 + head + B0);
+- per stage: the stage's microbatch visits / the summed speed of its replicas;
+plus the replica averaging of each stage. Pinned nodes (Node.stage >= 0) never move; stage 0
+has exactly `data_nodes` nodes; every stage keeps >= 1 node.
+"""
+import math
+import random
+
+import numpy as np
+
+from coordinator.planner.config import PlanningError
+from coordinator.planner.costs import CostModel
+
+
+def data_node_count(num_nodes: int, num_stages: int, length: int, pinned0: int, requested: int) -> int:
+    """Stage-0 size: requested, else N / path length (balances stage-0 and stage >= 1 work)."""
+    d = requested or max(1, round(num_nodes / max(1, length)))
+    d = max(d, pinned0, 1)
+    if num_nodes - d < num_stages - 1:
+        d = num_nodes - (num_stages - 1)
+    if d < max(1, pinned0):
+        raise PlanningError(f"{num_nodes} nodes cannot give stage 0 {max(1, pinned0)} data nodes "
+                            f"and every other of the {num_stages} stages a node")
+    return d
+
+
+class PartitionScore:
+    def __init__(self, cost: CostModel, length: int, microbatches: int):
+        self.c, self.m = cost, microbatches
+        s = len(cost.layers)
+        self.share = (length - 1) / max(1, s - 1)
+        self.fb = cost.fwd + cost.bwd                                  # [node, stage]
+        self.round = cost.xfer + cost.xfer.T                           # there and back
+        self.stage0 = cost.fwd[:, 0] + cost.bwd[:, 0] + cost.head
+        self.waves = np.array([math.ceil(microbatches / m) for m in cost.memory], dtype=float)
+
+    def __call__(self, stage_of: np.ndarray) -> float:
+        c, s = self.c, len(self.c.layers)
+        origins = np.flatnonzero(stage_of == 0)
+        own = self.fb[np.arange(len(stage_of)), stage_of]              # node's work on its stage
+        detour = self.round[origins] + own[None, :]
+        trip = self.stage0[origins].copy()
+        bound = float(self.m * self.stage0[origins].max())
+        visits = len(origins) * self.m * self.share
+        avg = 0.0
+        for st in range(1, s):
+            members = np.flatnonzero(stage_of == st)
+            trip += self.share * detour[:, members].min(axis=1)
+            bound = max(bound, visits / float((1.0 / own[members]).sum()))
+            avg = max(avg, c.averaging(st, members.tolist()))
+        avg = max(avg, c.averaging(0, origins.tolist()))
+        waves = trip * self.waves[origins]
+        return max(bound, float(waves.max())) + 0.1 * float(waves.mean()) + avg
+
+
+def _initial(n: int, s: int, d: int, pinned: list[int], rng: random.Random) -> np.ndarray:
+    stage_of = np.array(pinned, dtype=int)
+    free = [i for i in range(n) if pinned[i] < 0]
+    rng.shuffle(free)
+    counts = [int((stage_of == st).sum()) for st in range(s)]
+    for i in free:                                   # fill stage 0 first, then the emptiest stage
+        st = 0 if counts[0] < d else min(range(1, s), key=lambda x: (counts[x], x))
+        stage_of[i] = st
+        counts[st] += 1
+    if min(counts) == 0:
+        raise PlanningError("too few unpinned nodes: some stage would have no node")
+    return stage_of
+
+
+def _neighbour(stage_of: np.ndarray, free: list[int], s: int, rng: random.Random) -> np.ndarray | None:
+    new = stage_of.copy()
+    a = rng.choice(free)
+    if rng.random() < 0.5 or stage_of[a] == 0:
+        b = rng.choice(free)
+        if stage_of[a] == stage_of[b]:
+            return None
+        new[a], new[b] = stage_of[b], stage_of[a]
+        return new
+    if (stage_of == stage_of[a]).sum() <= 1:
+        return None
+    new[a] = rng.randrange(1, s)
+    return None if new[a] == stage_of[a] else new
+
+
+def partition(cost: CostModel, length: int, data_nodes: int, iters: int, rng: random.Random) -> list[int]:
+    """Stage index per node (topology order)."""
+    topo = cost.topology
+    n, s = cost.num_nodes, len(cost.layers)
+    if n < s:
+        raise PlanningError(f"topology has {n} nodes but {s} stages need at least {s}")
+    pinned = [node.stage for node in topo.nodes]
+    if sum(1 for p in pinned if p == 0) > data_nodes:
+        raise PlanningError("more nodes are pinned to stage 0 than there are data nodes")
+    score = PartitionScore(cost, length, topo.workload.microbatches_per_data_node)
+    free = [i for i in range(n) if pinned[i] < 0]
+    best, best_score = None, math.inf
+    iters = iters or max(400, min(4000, 60000 // max(1, n)))
+    for _ in range(2):                                # two annealing runs, keep the better
+        cur = _initial(n, s, data_nodes, pinned, rng)
+        cur_score = score(cur)
+        t0 = 0.05 * cur_score
+        for i in range(iters if len(free) > 1 else 0):
+            cand = _neighbour(cur, free, s, rng)
+            if cand is None:
+                continue
+            cs = score(cand)
+            temp = t0 * (1.0 - i / iters) + 1e-9
+            if cs <= cur_score or rng.random() < math.exp((cur_score - cs) / temp):
+                cur, cur_score = cand, cs
+                if cs < best_score:
+                    best, best_score = cand.copy(), cs
+        if cur_score < best_score:
+            best, best_score = cur.copy(), cur_score
+    return [int(x) for x in best]

@@ -1,0 +1,247 @@
+"""Collision-aware path scheduling (rules 1-8 of skippipe.md).
+
+Microbatches are planned one at a time, interleaved across origins, each by a time-aware
+beam search over partial paths: a state is (stages so far, nodes so far, time its forward
+ends); it is expanded by every stage that rules 3-5 and the stage-balance cap allow, on the
+few replicas of that stage that look cheapest from the current node. Start times come from
+per-node reservation tables (TC2: a task goes into the earliest gap that fits) and per-node
+activation holds (TC1: a forward starts only while fewer than m activations are held). The
+surviving complete paths get their head and backward chain reserved tentatively; the path
+whose backward finishes first wins and is committed. This is the prioritised-planning form of
+the paper's multi-agent path finding: later agents route around earlier ones instead of CBS
+re-planning both, which keeps it fast (milliseconds per microbatch).
+"""
+import math
+from bisect import bisect_right, insort
+from dataclasses import dataclass
+
+from coordinator.planner.config import PlannerConfig
+from coordinator.planner.costs import CostModel
+from coordinator.planner.rules import SeqState, can_finish, step
+
+_EPS = 1e-9
+PACE_SLACK = 1    # how far a stage may run ahead of its even share while planning
+
+
+class Reservations:
+    """Per-node busy intervals and activation holds."""
+
+    def __init__(self, cost: CostModel, enabled: bool, memory_limit: bool):
+        n = cost.num_nodes
+        self.starts = [[] for _ in range(n)]
+        self.ends = [[] for _ in range(n)]
+        self.holds = [[] for _ in range(n)]
+        self.memory = cost.memory
+        self.enabled, self.memory_limit = enabled, memory_limit and enabled
+
+    def gap(self, n: int, ready: float, dur: float) -> float:
+        """Earliest start >= ready of a `dur`-long task on node n that overlaps no reservation."""
+        if not self.enabled:
+            return ready
+        starts, ends = self.starts[n], self.ends[n]
+        t, i = ready, bisect_right(ends, ready + _EPS)
+        while i < len(starts):
+            if t + dur <= starts[i] + _EPS:
+                return t
+            t = max(t, ends[i])
+            i += 1
+        return t
+
+    def forward_start(self, n: int, ready: float, dur: float) -> float:
+        """Earliest start of a forward: a free gap while fewer than m activations are held."""
+        while True:
+            t = self.gap(n, ready, dur)
+            if not self.memory_limit:
+                return t
+            active = [e for s, e in self.holds[n] if s <= t + _EPS and e > t + _EPS]
+            if len(active) < self.memory[n]:
+                return t
+            ready = min(active)
+
+    def memory_ok(self, n: int, start: float, end: float) -> bool:
+        """Would a new hold [start, end) keep every later forward start within memory?"""
+        if not self.memory_limit:
+            return True
+        holds = self.holds[n]
+        for s0, _ in holds:
+            if start < s0 < end:
+                if 1 + sum(1 for s, e in holds if s <= s0 + _EPS and e > s0 + _EPS) > self.memory[n]:
+                    return False
+        return True
+
+    def reserve(self, n: int, start: float, end: float) -> None:
+        if self.enabled:
+            i = bisect_right(self.starts[n], start)
+            self.starts[n].insert(i, start)
+            self.ends[n].insert(i, end)
+
+    def hold(self, n: int, start: float, end: float) -> None:
+        self.holds[n].append((start, end))
+
+
+@dataclass
+class _State:
+    stages: tuple
+    nodes: tuple
+    f_starts: tuple
+    f_end: float
+    seq: SeqState
+    score: float
+
+
+@dataclass(frozen=True)
+class PlannedPath:
+    microbatch_id: int
+    stages: tuple[int, ...]
+    nodes: tuple[int, ...]
+    tasks: tuple[tuple[int, str, float, float], ...]   # (node, "F"/"H"/"B", start, end)
+    end: float
+
+
+class PathPlanner:
+    def __init__(self, cost: CostModel, stage_of: list[int], length: int, cfg: PlannerConfig,
+                 total_microbatches: int):
+        self.cost, self.stage_of, self.length, self.cfg = cost, stage_of, length, cfg
+        self.num_stages = len(cost.layers)
+        self.res = Reservations(cost, cfg.collision_avoidance, cfg.memory_limit)
+        self.members = [[n for n, s in enumerate(stage_of) if s == st] for st in range(self.num_stages)]
+        others = max(1, self.num_stages - 1)
+        self.share = (length - 1) / others            # fraction of microbatches each stage gets
+        self.cap = math.ceil(total_microbatches * self.share - _EPS) + cfg.balance_slack
+        self.visits = [0] * self.num_stages
+        self.planned = 0
+        self.total = total_microbatches
+        self.node_load = [0] * cost.num_nodes
+        self.shortlist = self._shortlists()
+
+    def _shortlists(self):
+        """Per (node, stage): replicas of the stage sorted by link + compute cost from the node."""
+        c, k = self.cost, 2 * self.cfg.candidates_per_stage
+        out = {}
+        for a in range(c.num_nodes):
+            for st in range(1, self.num_stages):
+                ms = sorted(self.members[st], key=lambda n: (c.xfer_list[a][n] + c.fwd_list[n][st]
+                                                             + c.bwd_list[n][st], n))
+                out[(a, st)] = ms[:k]
+        return out
+
+    def _allowed(self, st: int, level: int) -> bool:
+        """Stage-balance cap (rule 6). level 0: paced quota, 1: final cap only, 2: no cap."""
+        if not self.cfg.stage_balance or level >= 2:
+            return True
+        if self.visits[st] >= self.cap:
+            return False
+        # Pace the quota through the iteration so late microbatches are not left the bad stages.
+        paced = math.ceil((self.planned + 1) * self.share - _EPS) + PACE_SLACK + self.cfg.balance_slack
+        return level >= 1 or self.visits[st] < paced
+
+    def _must(self, level: int) -> frozenset:
+        """Stages whose remaining quota needs every microbatch still to plan (this one included)."""
+        if not self.cfg.stage_balance or level >= 2:
+            return frozenset()
+        left = self.total - self.planned
+        exact = self.total * self.share
+        return frozenset(st for st in range(1, self.num_stages)
+                         if math.floor(exact + _EPS) - self.visits[st] >= left)
+
+    def _must_reachable(self, missing, seq: SeqState, remaining: int) -> bool:
+        """Can the stages in `missing` still be visited (above the frontier, or by a legal swap)?"""
+        if len(missing) > remaining:
+            return False
+        cfg = self.cfg
+        below = [m for m in missing if m < seq.frontier]
+        if not below:
+            return True
+        if not cfg.allow_swaps or seq.swaps + len(below) > cfg.max_swaps:
+            return False
+        dists = [seq.frontier - m for m in below]
+        return max(dists) <= cfg.max_swap_distance and seq.swap_distance + sum(dists) <= cfg.max_total_swap_distance
+
+    def _expand(self, state: _State, origin: int, level: int, must: frozenset) -> list[_State]:
+        c, out = self.cost, []
+        remaining = self.length - len(state.stages) - 1
+        last = state.nodes[-1]
+        for st in range(1, self.num_stages):
+            seq = step(state.seq, st, state.stages, self.cfg)
+            if seq is None or not self._allowed(st, level):
+                continue
+            visited = set(state.stages) | {st}
+            if not self._must_reachable(must - visited, seq, remaining):
+                continue
+            if not can_finish(seq, visited, remaining, self.num_stages, self.cfg):
+                continue
+            options = []
+            for n in self.shortlist[(last, st)]:
+                ready = state.f_end + c.xfer_list[last][n]
+                t = self.res.forward_start(n, ready, c.fwd_list[n][st])
+                f_end = t + c.fwd_list[n][st]
+                options.append((f_end + c.xfer_list[n][origin] + 1e-3 * self.node_load[n], n, t, f_end))
+            options.sort()
+            for score, n, t, f_end in options[:self.cfg.candidates_per_stage]:
+                out.append(_State(state.stages + (st,), state.nodes + (n,), state.f_starts + (t,),
+                                  f_end, seq, score))
+        return out
+
+    def _finish(self, state: _State, origin: int, mb: int) -> PlannedPath | None:
+        """Reserve head and backward tentatively (not committed) and time the whole path."""
+        c, res = self.cost, self.res
+        tasks = [(n, "F", s, s + c.fwd_list[n][st]) for n, st, s in zip(state.nodes, state.stages, state.f_starts)]
+        last = state.nodes[-1]
+        h0 = res.gap(origin, state.f_end + c.xfer_list[last][origin], c.head_list[origin])
+        tasks.append((origin, "H", h0, h0 + c.head_list[origin]))
+        t, prev = h0 + c.head_list[origin], origin
+        b_end = {}
+        for n, st in zip(reversed(state.nodes), reversed(state.stages)):
+            dur = c.bwd_list[n][st]
+            ready = t + c.xfer_list[prev][n]
+            # The origin's own head sits in its table only after commit: keep B0 after it.
+            s = res.gap(n, max(ready, h0 + c.head_list[origin]) if n == origin else ready, dur)
+            tasks.append((n, "B", s, s + dur))
+            b_end[n], t, prev = s + dur, s + dur, n
+        for n, s in zip(state.nodes, state.f_starts):
+            if not res.memory_ok(n, s, b_end[n]):
+                return None
+        return PlannedPath(mb, state.stages, state.nodes, tuple(tasks), t)
+
+    def plan_one(self, mb: int, origin: int, release: float = 0.0) -> PlannedPath:
+        for level in (0, 1, 2):                 # a dead end relaxes the balance pacing, then the cap
+            best = self._search(mb, origin, release, level)
+            if best is not None:
+                self.commit(best)
+                return best
+        raise RuntimeError(f"no legal path for microbatch {mb}")  # unreachable for valid configs
+
+    def _search(self, mb, origin, release, level):
+        c, must = self.cost, self._must(level)
+        t0 = self.res.forward_start(origin, release, c.fwd_list[origin][0])
+        beam = [_State((0,), (origin,), (t0,), t0 + c.fwd_list[origin][0], SeqState(), 0.0)]
+        for _ in range(self.length - 1):
+            nxt = [s for st in beam for s in self._expand(st, origin, level, must)]
+            nxt.sort(key=lambda s: (s.score, s.stages, s.nodes))
+            beam = nxt[:self.cfg.beam_width]
+            if not beam:
+                return None
+        done = [p for p in (self._finish(s, origin, mb) for s in beam) if p is not None]
+        if not done:   # memory would overflow on every candidate: keep the fastest, repair later
+            return self._finish_unchecked(beam[0], origin, mb)
+        return min(done, key=lambda p: (p.end, p.stages, p.nodes))
+
+    def _finish_unchecked(self, state, origin, mb):
+        saved, self.res.memory_limit = self.res.memory_limit, False
+        try:
+            return self._finish(state, origin, mb)
+        finally:
+            self.res.memory_limit = saved
+
+    def commit(self, path: PlannedPath) -> None:
+        ends = {}
+        for n, kind, s, e in path.tasks:
+            self.res.reserve(n, s, e)
+            if kind == "B":
+                ends[n] = e
+        for n, (_, kind, s, _) in zip(path.nodes, path.tasks):
+            self.res.hold(n, s, ends[n])
+            self.node_load[n] += 1
+        for st in path.stages[1:]:
+            self.visits[st] += 1
+        self.planned += 1

@@ -1,0 +1,239 @@
+"""Discrete-event simulator of one training iteration of a Schedule.
+
+Model (hand-checkable, see tests/unit/test_simulate.py):
+- Each microbatch is a chain of tasks: F(hop 0) ... F(hop L-1), H (head + loss on the origin),
+  B(hop L-1) ... B(hop 0). Between consecutive tasks on different nodes the activation (or its
+  gradient) is transferred: latency + bytes / bandwidth.
+- A node runs one task at a time. With a per-node order (Schedule.order) it runs its forward and
+  backward tasks strictly in that order; heads are not part of the order (Phase has no head
+  value) and run as soon as the node is free, before the next ordered task, because they are
+  short and unblock the backward chain. Without an order a node runs its ready tasks first come
+  first served (the runtime's FIFO), ties by microbatch id.
+- Memory (TC1): a node holds a microbatch's activation from the start of its forward until the
+  end of its backward; it does not start a forward while it holds `memory_microbatches`.
+- Links: a directed link carries one transfer at a time, first come first served; latency
+  overlaps with the next transfer. (A simplification of fair bandwidth sharing: the last of a
+  burst finishes at the same time, the first ones earlier.) NICs are not shared across links.
+- If the order deadlocks (e.g. it would exceed memory), the node runs the first ready task of
+  its remaining order instead (counted in `order_deviations`); if memory alone deadlocks, a
+  forward runs over the limit (counted in `memory_overflows`). So the simulation always ends.
+- At the end every stage averages its replicas: iteration time = max over stages of
+  (last backward on that stage + averaging cost).
+"""
+import heapq
+from dataclasses import dataclass
+
+from coordinator.planner.config import PlanningError
+from coordinator.planner.costs import CostModel
+from protocol.schedule import Phase, Schedule
+from protocol.topology import Topology
+
+
+@dataclass(frozen=True)
+class TaskInterval:
+    node: str
+    microbatch_id: int
+    kind: str          # "F" forward, "H" head + loss, "B" backward
+    stage: int
+    hop: int
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class SimResult:
+    iteration_time_s: float
+    busy_s: dict[str, float]
+    busy_fraction: dict[str, float]
+    intervals: tuple[TaskInterval, ...]
+    stage_finish_s: dict[int, float]
+    averaging_s: dict[int, float]
+    order_deviations: int = 0
+    memory_overflows: int = 0
+
+
+class _Tasks:
+    """Flat arrays describing every task of the iteration."""
+
+    def __init__(self, schedule: Schedule, cost: CostModel):
+        self.node, self.dur, self.kind, self.mb, self.stage, self.hop, self.succ = ([] for _ in range(7))
+        self.key = {}                                   # (mb, kind, node) -> task id
+        for route in schedule.routes:
+            nodes = []
+            for h in route.hops:
+                if h.peer not in cost.index:
+                    raise PlanningError(f"route {route.microbatch_id} uses unknown node {h.peer!r}")
+                nodes.append(cost.index[h.peer])
+            stages = [h.stage for h in route.hops]
+            if any(s >= len(cost.layers) for s in stages):
+                raise PlanningError(f"route {route.microbatch_id} visits a stage that does not exist")
+            chain = [("F", j) for j in range(len(nodes))] + [("H", 0)]
+            chain += [("B", j) for j in reversed(range(len(nodes)))]
+            for i, (kind, j) in enumerate(chain):
+                n, s = nodes[j], stages[j]
+                dur = {"F": cost.fwd_list[n][s], "B": cost.bwd_list[n][s], "H": cost.head_list[n]}[kind]
+                self.key[(route.microbatch_id, kind, n)] = len(self.node)
+                self._add(n, dur, kind, route.microbatch_id, s, j, i + 1 < len(chain))
+
+    def _add(self, n, dur, kind, mb, stage, hop, has_succ):
+        t = len(self.node)
+        self.node.append(n), self.dur.append(dur), self.kind.append(kind)
+        self.mb.append(mb), self.stage.append(stage), self.hop.append(hop)
+        self.succ.append(t + 1 if has_succ else -1)
+
+
+class _Sim:
+    def __init__(self, tasks: _Tasks, cost: CostModel, sequences, memory_limit: bool, link_contention: bool):
+        self.t, self.cost = tasks, cost
+        n = cost.num_nodes
+        self.seq = sequences                 # per node: list of task ids (ordered) or None (FIFO)
+        self.in_seq = {x for q in sequences if q for x in q}
+        self.ready = [[] for _ in range(n)]  # per node: ready task ids
+        self.ready_at = {}
+        self.busy = [False] * n
+        self.held = [0] * n
+        self.memory_limit, self.link_contention = memory_limit, link_contention
+        self.link_free = {}
+        self.events, self.counter = [], 0
+        self.start, self.end = {}, {}
+        self.now, self.deviations, self.overflows = 0.0, 0, 0
+
+    def push(self, time, kind, task):
+        self.counter += 1
+        heapq.heappush(self.events, (time, self.counter, kind, task))
+
+    def mem_ok(self, task):
+        n = self.t.node[task]
+        return (self.t.kind[task] != "F" or not self.memory_limit
+                or self.held[n] < self.cost.memory[n])
+
+    def pick(self, n):
+        ready = self.ready[n]
+        heads = [x for x in ready if self.t.kind[x] == "H" and x not in self.in_seq]
+        if heads:
+            return min(heads, key=lambda x: (self.ready_at[x], x))
+        if self.seq[n] is not None:
+            nxt = self.seq[n][0] if self.seq[n] else None
+            return nxt if nxt in self.ready_at and self.mem_ok(nxt) else None
+        ok = [x for x in ready if self.mem_ok(x)]
+        return min(ok, key=lambda x: (self.ready_at[x], self.t.mb[x], x)) if ok else None
+
+    def run(self, n, task):
+        self.ready[n].remove(task)
+        if self.seq[n] is not None and task in self.seq[n]:
+            self.seq[n].remove(task)
+        self.busy[n] = True
+        if self.t.kind[task] == "F":
+            self.held[n] += 1
+        self.start[task] = self.now
+        self.push(self.now + self.t.dur[task], "done", task)
+
+    def dispatch(self, n):
+        if not self.busy[n]:
+            task = self.pick(n)
+            if task is not None:
+                self.run(n, task)
+
+    def finish(self, task):
+        n = self.t.node[task]
+        self.end[task], self.busy[n] = self.now, False
+        if self.t.kind[task] == "B":
+            self.held[n] -= 1
+        nxt = self.t.succ[task]
+        if nxt >= 0:
+            m = self.t.node[nxt]
+            arrive = self.now
+            if m != n:
+                trans = self.cost.transmission(n, m)
+                begin = max(self.now, self.link_free.get((n, m), 0.0)) if self.link_contention else self.now
+                self.link_free[(n, m)] = begin + trans
+                arrive = begin + trans + float(self.cost.latency[n, m])
+            self.push(arrive, "ready", nxt)
+        self.dispatch(n)
+
+    def unstick(self) -> bool:
+        """Deadlock: relax the order first, then the memory limit. True if something started."""
+        idle = [n for n in range(len(self.busy)) if not self.busy[n] and self.ready[n]]
+        for n in idle:
+            for task in (self.seq[n] or []):
+                if task in self.ready_at and self.mem_ok(task):
+                    self.deviations += 1
+                    self.run(n, task)
+                    return True
+        cands = [(self.ready_at[x], x) for n in idle for x in self.ready[n]]
+        if not cands:
+            return False
+        _, task = min(cands)
+        self.overflows += 1
+        self.run(self.t.node[task], task)
+        return True
+
+    def loop(self):
+        for task, kind in enumerate(self.t.kind):
+            if kind == "F" and self.t.hop[task] == 0:
+                self.push(0.0, "ready", task)
+        while True:
+            while self.events:
+                self.now, _, kind, task = heapq.heappop(self.events)
+                if kind == "ready":
+                    n = self.t.node[task]
+                    self.ready_at[task] = self.now
+                    self.ready[n].append(task)
+                    self.dispatch(n)
+                else:
+                    self.finish(task)
+            if len(self.end) == len(self.t.node) or not self.unstick():
+                break
+        if len(self.end) != len(self.t.node):
+            raise PlanningError("simulation deadlocked")
+
+
+def _sequences(schedule: Schedule, tasks: _Tasks, cost: CostModel):
+    seqs = [None] * cost.num_nodes
+    per_node = [[] for _ in range(cost.num_nodes)]
+    for t, n in enumerate(tasks.node):
+        per_node[n].append(t)
+    for po in schedule.order:
+        n = cost.index.get(po.peer)
+        if n is None:
+            continue
+        ids, forwards = [], set()
+        for e in po.tasks:
+            if e.phase == Phase.BACKWARD:
+                ids.append(tasks.key.get((e.microbatch_id, "B", n)))
+                continue
+            second = e.microbatch_id in forwards         # origin: FORWARD twice = F0, then head
+            forwards.add(e.microbatch_id)
+            ids.append(tasks.key.get((e.microbatch_id, "H" if second else "F", n)))
+        ids = [t for t in dict.fromkeys(ids) if t is not None]
+        listed = set(ids)
+        rest = [t for t in per_node[n] if tasks.kind[t] != "H" and t not in listed]
+        seqs[n] = ids + rest                    # tasks the order forgot run after it
+    return seqs
+
+
+def simulate(schedule: Schedule, topology: Topology, cost: CostModel | None = None,
+             memory_limit: bool = True, link_contention: bool = True) -> SimResult:
+    """Simulate one iteration of `schedule` on `topology` (see the module docstring)."""
+    cost = cost or CostModel(topology)
+    tasks = _Tasks(schedule, cost)
+    sim = _Sim(tasks, cost, _sequences(schedule, tasks, cost), memory_limit, link_contention)
+    sim.loop()
+    ids = topology.node_ids
+    intervals = tuple(TaskInterval(ids[tasks.node[t]], tasks.mb[t], tasks.kind[t], tasks.stage[t],
+                                   tasks.hop[t], sim.start[t], sim.end[t]) for t in range(len(tasks.node)))
+    busy = {i: 0.0 for i in ids}
+    last_b: dict[int, float] = {}
+    for iv in intervals:
+        busy[iv.node] += iv.end - iv.start
+        if iv.kind == "B":
+            last_b[iv.stage] = max(last_b.get(iv.stage, 0.0), iv.end)
+    replicas: dict[int, list[int]] = {}
+    for a in schedule.assignment:
+        if a.peer in cost.index:
+            replicas.setdefault(a.stage, []).append(cost.index[a.peer])
+    averaging = {s: cost.averaging(s, r) for s, r in sorted(replicas.items()) if s < len(cost.layers)}
+    finish = {s: last_b.get(s, 0.0) + averaging.get(s, 0.0) for s in sorted(set(last_b) | set(averaging))}
+    total = max(finish.values(), default=0.0)
+    frac = {i: (b / total if total > 0 else 0.0) for i, b in busy.items()}
+    return SimResult(total, busy, frac, intervals, finish, averaging, sim.deviations, sim.overflows)

@@ -1,0 +1,1 @@
+"""The volunteer peer client. Never imports coordinator/."""

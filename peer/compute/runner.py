@@ -1,0 +1,392 @@
+"""StageRunner: one stage's module, optimizer and activation stash.
+
+Stash choice: an entry keeps the stage's input (a leaf with requires_grad) and its output
+*with the autograd graph*, so backward is a single `output.backward(grad)`; no recomputation.
+Memory is bounded by `max_stash` entries (the planner's per-node memory limit, TC1) and by a
+TTL so that microbatches whose backward never comes do not leak.
+
+Gradient normalisation: gradients of each microbatch are accumulated as the gradient of the
+*sum over its samples* of the per-sample mean token loss; `step()` divides by the number of
+samples whose backward actually reached this stage (after replica averaging, by the total over
+the replicas: see grad_vector / set_grad_vector). A stage skipped by some microbatches is
+therefore averaged over the microbatches that visited it, never over the replica count.
+
+At the origin, head_loss computes the head's gradients but holds them in the stash entry until
+backward_origin, so a microbatch contributes to all of stage 0's parameters or to none.
+
+Not re-entrant across threads by design, but guarded by a lock so a stray concurrent call
+cannot corrupt the stash. Tensors returned are detached; do not modify them in place.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from peer.compute.errors import BadTensor, OutOfOrder, StashFull, UnknownMicrobatch, WrongStage
+from peer.compute.model import get_config
+from peer.compute.stages import StageModule, build_stage
+from protocol.messages import RunSpec
+
+Key = tuple[int, int]                 # (iteration, microbatch_id)
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    lr: float = 1e-3
+    warmup_steps: int = 10
+    max_grad_norm: float = 1.0        # <= 0 disables clipping
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+
+    @classmethod
+    def from_spec(cls, spec: RunSpec) -> OptimConfig:
+        return cls(lr=spec.learning_rate, warmup_steps=spec.warmup_steps,
+                   max_grad_norm=spec.max_grad_norm)
+
+    def lr_at(self, step: int) -> float:
+        """Linear warm-up over warmup_steps, then constant."""
+        if self.warmup_steps <= 0:
+            return self.lr
+        return self.lr * min(1.0, (step + 1) / self.warmup_steps)
+
+
+@dataclass(frozen=True)
+class StepStats:
+    step: int                         # index of this step (0-based)
+    lr: float
+    samples: int                      # samples normalised over
+    microbatches: int                 # local backwards that completed
+    grad_norm: float                  # after normalisation, before clipping
+    skipped: bool                     # no samples, or a non-finite gradient norm
+    loss_mean: float | None           # origin only: mean loss of completed microbatches
+    dropped: int                      # stash entries discarded (stale after the update)
+
+
+@dataclass
+class _Entry:
+    created: float
+    samples: int
+    input: torch.Tensor               # leaf requiring grad (non-origin) or tokens (origin)
+    output: torch.Tensor              # carries the graph
+    head_grads: tuple[torch.Tensor, ...] | None = None
+    loss: float | None = None
+
+
+class StageRunner:
+    def __init__(self, module: StageModule, optim: OptimConfig = OptimConfig(), *,
+                 max_stash: int = 16, stash_ttl_s: float = 300.0, device: str | torch.device = "cpu",
+                 clock: Callable[[], float] = time.monotonic,
+                 autocast_dtype: torch.dtype | None = None):
+        if max_stash < 1:
+            raise ValueError("max_stash must be >= 1")
+        self.device = torch.device(device)
+        self.module = module.to(self.device)
+        self.config = module.config
+        self.optim_config = optim
+        self.max_stash, self.stash_ttl_s, self.clock = max_stash, stash_ttl_s, clock
+        self.autocast_dtype = autocast_dtype
+        self.dtype = next(module.parameters()).dtype
+        self._params = list(module.parameters())
+        decay = [p for p in self._params if p.ndim >= 2]
+        no_decay = [p for p in self._params if p.ndim < 2]
+        self.optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": optim.weight_decay},
+             {"params": no_decay, "weight_decay": 0.0}],
+            lr=optim.lr_at(0), betas=optim.betas, eps=optim.eps)
+        self._stash: dict[Key, _Entry] = {}
+        self._lock = threading.RLock()
+        self.step_count = 0
+        self.samples_this_step = 0
+        self._microbatches = 0
+        self._loss_sum, self._loss_count = 0.0, 0
+
+    @classmethod
+    def from_spec(cls, spec: RunSpec, stage: int, **kwargs) -> StageRunner:
+        module = build_stage(get_config(spec.model), stage, spec.num_stages, spec.seed,
+                             spec.stage_sizes)
+        return cls(module, OptimConfig.from_spec(spec), **kwargs)
+
+    @property
+    def is_origin(self) -> bool:
+        return self.module.is_origin
+
+    @property
+    def stashed(self) -> int:
+        return len(self._stash)
+
+    def stash_keys(self) -> list[Key]:
+        return list(self._stash)
+
+    # ---- validation (runs before any state changes) ----
+
+    def _check_key(self, key) -> Key:
+        if (not isinstance(key, tuple) or len(key) != 2
+                or not all(isinstance(k, int) and k >= 0 for k in key)):
+            raise ValueError(f"key must be (iteration, microbatch_id) of non-negative ints: {key!r}")
+        return key
+
+    def _check_float(self, what: str, t, shape: tuple[int, ...] | None) -> torch.Tensor:
+        if not isinstance(t, torch.Tensor):
+            raise BadTensor(what, f"expected a torch.Tensor, got {type(t).__name__}")
+        if t.dtype != self.dtype:
+            raise BadTensor(what, f"dtype {t.dtype}, expected {self.dtype}")
+        c = self.config
+        if shape is not None and tuple(t.shape) != shape:
+            raise BadTensor(what, f"shape {list(t.shape)}, expected {list(shape)}")
+        if t.ndim != 3 or t.shape[0] < 1 or not 1 <= t.shape[1] <= c.max_seq_len \
+                or t.shape[2] != c.dim:
+            raise BadTensor(what, f"shape {list(t.shape)}, expected (batch>=1, 1..{c.max_seq_len}, "
+                                  f"{c.dim})")
+        if not bool(torch.isfinite(t).all()):
+            raise BadTensor(what, "contains NaN or Inf", non_finite=True)
+        return t.to(self.device)
+
+    def _check_tokens(self, what: str, t, shape: tuple[int, ...] | None = None) -> torch.Tensor:
+        if not isinstance(t, torch.Tensor):
+            raise BadTensor(what, f"expected a torch.Tensor, got {type(t).__name__}")
+        if t.dtype != torch.int64:
+            raise BadTensor(what, f"dtype {t.dtype}, expected torch.int64")
+        c = self.config
+        if t.ndim != 2 or t.shape[0] < 1 or not 1 <= t.shape[1] <= c.max_seq_len:
+            raise BadTensor(what, f"shape {list(t.shape)}, expected (batch>=1, 1..{c.max_seq_len})")
+        if shape is not None and tuple(t.shape) != shape:
+            raise BadTensor(what, f"shape {list(t.shape)}, expected {list(shape)}")
+        if int(t.min()) < 0 or int(t.max()) >= c.vocab_size:
+            raise BadTensor(what, f"token ids outside 0..{c.vocab_size - 1}")
+        return t.to(self.device)
+
+    def _require_origin(self, call: str, origin: bool = True) -> None:
+        if self.is_origin != origin:
+            where = "stage 0 (origin)" if origin else "a stage other than 0"
+            raise WrongStage(f"{call} runs only on {where}; this runner holds stage "
+                             f"{self.module.stage}")
+
+    def _entry(self, key: Key) -> _Entry:
+        entry = self._stash.get(key)
+        if entry is None:
+            raise UnknownMicrobatch(f"no stashed activations for microbatch {key} on stage "
+                                    f"{self.module.stage} (never seen, expired or dropped)")
+        return entry
+
+    def _autocast(self):
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
+
+    def _admit(self, key: Key) -> None:
+        self.evict_expired()
+        if key in self._stash:
+            raise OutOfOrder(f"microbatch {key} is already stashed on stage {self.module.stage}")
+        if len(self._stash) >= self.max_stash:
+            raise StashFull(f"stage {self.module.stage} already holds {len(self._stash)} "
+                            f"microbatches (max {self.max_stash})")
+
+    def _store(self, key: Key, inp: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        if not bool(torch.isfinite(out).all()):
+            raise BadTensor("stage output", "non-finite (diverged weights?)", non_finite=True)
+        self._stash[key] = _Entry(self.clock(), inp.shape[0], inp, out)
+        return out.detach()
+
+    # ---- forward ----
+
+    def forward(self, key: Key, hidden: torch.Tensor) -> torch.Tensor:
+        """Non-origin stage: run this stage's layers, stash for backward, return the output."""
+        with self._lock:
+            self._require_origin("forward", origin=False)
+            key = self._check_key(key)
+            x = self._check_float(f"activation for {key}", hidden, None)
+            self._admit(key)
+            inp = x.detach().requires_grad_(True)
+            with torch.enable_grad(), self._autocast():
+                out = self.module(inp)
+            return self._store(key, inp, out)
+
+    def forward_origin(self, key: Key, tokens: torch.Tensor) -> torch.Tensor:
+        """Stage 0: embed the tokens and run stage 0's layers; returns the hidden state."""
+        with self._lock:
+            self._require_origin("forward_origin")
+            key = self._check_key(key)
+            tok = self._check_tokens(f"tokens for {key}", tokens)
+            self._admit(key)
+            with torch.enable_grad(), self._autocast():
+                out = self.module(self.module.embed_tokens(tok))
+            return self._store(key, tok, out)
+
+    def head_loss(self, key: Key, hidden: torch.Tensor,
+                  targets: torch.Tensor) -> tuple[float, torch.Tensor]:
+        """Stage 0: final norm + head + loss on the returning hidden state.
+
+        Returns (mean token loss, gradient w.r.t. `hidden`) where the gradient is that of
+        loss * batch (sum over samples); head gradients wait in the stash for backward_origin.
+        """
+        with self._lock:
+            self._require_origin("head_loss")
+            key = self._check_key(key)
+            entry = self._entry(key)
+            if entry.head_grads is not None:
+                raise OutOfOrder(f"head_loss for {key} was already computed")
+            shape = tuple(entry.output.shape)
+            h = self._check_float(f"returning activation for {key}", hidden, shape)
+            tgt = self._check_tokens(f"targets for {key}", targets, shape[:2])
+            h = h.detach().requires_grad_(True)
+            with torch.enable_grad(), self._autocast():
+                loss = self.module.head_loss(h, tgt)
+            if not bool(torch.isfinite(loss.detach())):
+                raise BadTensor(f"loss for {key}", "non-finite", non_finite=True)
+            grads = torch.autograd.grad(loss * shape[0], [h, *self.module.head_parameters()])
+            entry.head_grads, entry.loss = tuple(grads[1:]), loss.item()
+            return entry.loss, grads[0].detach()
+
+    # ---- backward ----
+
+    def backward(self, key: Key, grad_output: torch.Tensor) -> torch.Tensor:
+        """Non-origin stage: backpropagate; accumulates parameter grads; returns grad_input."""
+        with self._lock:
+            self._require_origin("backward", origin=False)
+            key = self._check_key(key)
+            entry = self._entry(key)
+            g = self._check_float(f"gradient for {key}", grad_output, tuple(entry.output.shape))
+            del self._stash[key]
+            entry.output.backward(g)
+            self._count(entry)
+            return entry.input.grad.detach()
+
+    def backward_origin(self, key: Key, grad: torch.Tensor) -> None:
+        """Stage 0: add the held head grads and backpropagate into stage-0 layers + embedding."""
+        with self._lock:
+            self._require_origin("backward_origin")
+            key = self._check_key(key)
+            entry = self._entry(key)
+            if entry.head_grads is None:
+                raise OutOfOrder(f"backward_origin for {key} before its head_loss")
+            g = self._check_float(f"gradient for {key}", grad, tuple(entry.output.shape))
+            del self._stash[key]
+            for p, hg in zip(self.module.head_parameters(), entry.head_grads):
+                p.grad = hg.clone() if p.grad is None else p.grad.add_(hg)
+            entry.output.backward(g)
+            self._count(entry)
+            self._loss_sum += entry.loss
+            self._loss_count += 1
+
+    def _count(self, entry: _Entry) -> None:
+        self.samples_this_step += entry.samples
+        self._microbatches += 1
+
+    # ---- stash housekeeping ----
+
+    def drop(self, key: Key) -> bool:
+        """Discard a stash entry (its microbatch was abandoned); True if there was one."""
+        with self._lock:
+            return self._stash.pop(key, None) is not None
+
+    def evict_expired(self, now: float | None = None) -> list[Key]:
+        """Drop entries older than stash_ttl_s; returns their keys."""
+        with self._lock:
+            now = self.clock() if now is None else now
+            old = [k for k, e in self._stash.items() if now - e.created > self.stash_ttl_s]
+            for k in old:
+                del self._stash[k]
+            return old
+
+    # ---- optimizer step ----
+
+    def step(self) -> StepStats:
+        """Normalise grads by samples seen, clip, AdamW with warm-up, zero grads.
+
+        Also discards every stash entry: after the in-place update their graphs are stale.
+        With no samples the parameters are left alone (skipped=True) but the step count and
+        warm-up still advance, so replicas that agree on the schedule stay in lockstep.
+        """
+        with self._lock:
+            step, lr = self.step_count, self.optim_config.lr_at(self.step_count)
+            samples, norm, skipped = self.samples_this_step, 0.0, True
+            if samples > 0:
+                for p in self._params:
+                    if p.grad is not None:
+                        p.grad.div_(samples)
+                max_norm = self.optim_config.max_grad_norm
+                norm = float(torch.nn.utils.clip_grad_norm_(
+                    self._params, max_norm if max_norm > 0 else math.inf))
+                skipped = not math.isfinite(norm)
+                if not skipped:
+                    for group in self.optimizer.param_groups:
+                        group["lr"] = lr
+                    self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            stats = StepStats(step, lr, samples, self._microbatches, norm, skipped,
+                              self._loss_sum / self._loss_count if self._loss_count else None,
+                              len(self._stash))
+            self._stash.clear()
+            self.step_count += 1
+            self.samples_this_step, self._microbatches = 0, 0
+            self._loss_sum, self._loss_count = 0.0, 0
+            return stats
+
+    # ---- replica averaging and checkpoints ----
+
+    def grad_vector(self) -> torch.Tensor:
+        """Flat float32 vector of the *accumulated* (un-normalised, summed) gradients.
+
+        Replica averaging: sum grad_vector() and samples_this_step over the replicas, then
+        set_grad_vector(sum, total_samples) on each before step().
+        """
+        with self._lock:
+            return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p))
+                              .detach().reshape(-1).float() for p in self._params])
+
+    def set_grad_vector(self, vector: torch.Tensor, samples: int) -> None:
+        with self._lock:
+            n = self.num_parameters()
+            if not isinstance(vector, torch.Tensor) or vector.ndim != 1 or vector.numel() != n:
+                raise BadTensor("gradient vector", f"expected a 1-D tensor of {n} elements")
+            if not vector.is_floating_point() or not bool(torch.isfinite(vector).all()):
+                raise BadTensor("gradient vector", "not finite floating point", non_finite=True)
+            if not isinstance(samples, int) or samples < 0:
+                raise ValueError(f"samples must be a non-negative int: {samples!r}")
+            offset = 0
+            for p in self._params:
+                chunk = vector[offset:offset + p.numel()].view(p.shape)
+                p.grad = chunk.to(device=p.device, dtype=p.dtype).clone()
+                offset += p.numel()
+            self.samples_this_step = samples
+
+    def parameter_vector(self) -> torch.Tensor:
+        with self._lock:
+            return torch.cat([p.detach().reshape(-1).float() for p in self._params])
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self._params)
+
+    def state_dict(self) -> dict:
+        """A snapshot (deep copy): training may go on while it is being written out."""
+        with self._lock:
+            m = self.module
+            return copy.deepcopy({
+                "format": 1, "model_name": self.config.name, "stage": m.stage,
+                "layers": (m.layer_start, m.layer_end), "step": self.step_count,
+                "module": m.state_dict(), "optimizer": self.optimizer.state_dict()})
+
+    def load_state_dict(self, state: dict) -> None:
+        """Load params + optimizer (checkpoint or late-join); clears stash and grads."""
+        with self._lock:
+            m = self.module
+            want = (self.config.name, m.stage, (m.layer_start, m.layer_end))
+            got = (state.get("model_name"), state.get("stage"), tuple(state.get("layers", ())))
+            if state.get("format") != 1 or got != want:
+                raise ValueError(f"state is for (model, stage, layers) {got}, this runner is {want}")
+            m.load_state_dict(state["module"], strict=True)
+            # AdamW would alias the given moment tensors; copy so the source stays independent.
+            self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
+            self.step_count = int(state["step"])
+            self._stash.clear()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.samples_this_step, self._microbatches = 0, 0
+            self._loss_sum, self._loss_count = 0.0, 0

@@ -1,0 +1,27 @@
+"""Typed configuration of one volunteer peer (filled from CLI flags by peer/cli.py)."""
+from dataclasses import dataclass, field
+from pathlib import Path
+
+STAGE_AUTO = -1
+
+
+@dataclass(frozen=True)
+class PeerConfig:
+    initial_peers: tuple[str, ...]
+    run: str = "default"
+    device: str = "cpu"                       # "cpu" or "cuda:N"
+    stage: int = STAGE_AUTO                   # STAGE_AUTO: the coordinator assigns one
+    host_maddrs: tuple[str, ...] = ("/ip4/0.0.0.0/tcp/0",)
+    announce_maddrs: tuple[str, ...] = ()
+    data: Path | None = None                  # None: the embedded corpus
+    cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "skippipe")
+    checkpoint_dir: Path | None = None
+    announce_period_s: float = 5.0            # adverts expire after 2 x this
+    max_activations: int = 8                  # microbatches held for backward at once
+    activation_ttl_s: float = 120.0
+    rpc_timeout_s: float = 30.0
+    iteration_timeout_s: float = 120.0
+    status_interval_s: float = 10.0
+    torch_threads: int = 1
+    public_name: str = ""
+    benchmark: bool = True                    # measure one layer at start (cached)

@@ -1,0 +1,1 @@
+"""Finding the run and the other peers through the hivemind DHT."""

@@ -1,0 +1,73 @@
+"""Transport over hivemind's P2P (libp2p through p2pd): one binary stream per request.
+
+We use raw binary streams with our own length-prefixed frames instead of hivemind's protobuf
+handlers because (a) we bound every frame's size before allocating, (b) a handler error on
+hivemind's unary path is lost (see shared/design/hivemind.md), and (c) large tensors stream
+as chunk frames on the same stream.
+"""
+import asyncio
+import logging
+from typing import Sequence
+
+from hivemind.p2p import P2P, PeerID
+
+from peer.transport.base import Handler, Transport, TransportError
+from peer.transport.framing import read_frame, write_frame
+
+logger = logging.getLogger(__name__)
+PROTOCOL_NAME = "skippipe.v1"
+ITEM_TIMEOUT_S = 30.0
+
+
+class HivemindTransport(Transport):
+    def __init__(self, p2p: P2P, item_timeout: float = ITEM_TIMEOUT_S):
+        self.p2p = p2p
+        self.peer_id = p2p.peer_id.to_base58()
+        self.item_timeout = item_timeout
+        self._serving = False
+
+    async def request(self, peer: str, frames: Sequence[bytes], timeout: float) -> bytes:
+        writer = None
+        try:
+            async with asyncio.timeout(timeout):
+                _, reader, writer = await self.p2p.call_binary_stream_handler(
+                    PeerID.from_base58(peer), PROTOCOL_NAME)
+                for frame in frames:
+                    await write_frame(writer, frame)
+                return await read_frame(reader)
+        except TimeoutError:
+            raise TransportError(peer, f"no reply within {timeout:.1f}s") from None
+        except asyncio.IncompleteReadError:
+            raise TransportError(peer, "connection closed before the reply") from None
+        except Exception as exc:  # p2pd dial failures come as various types
+            raise TransportError(peer, f"{type(exc).__name__}: {exc}") from None
+        finally:
+            if writer is not None:
+                writer.close()
+
+    async def serve(self, handler: Handler) -> None:
+        async def on_stream(stream_info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+            remote = stream_info.peer_id.to_base58()
+
+            async def recv() -> bytes:
+                async with asyncio.timeout(self.item_timeout):
+                    return await read_frame(reader)
+
+            try:
+                reply = await handler(remote, recv)
+                await write_frame(writer, reply)
+            except Exception as exc:  # a broken stream from a remote must never take us down
+                logger.debug("stream from %s failed: %s", remote, exc)
+            finally:
+                writer.close()
+
+        await self.p2p.add_binary_stream_handler(PROTOCOL_NAME, on_stream)
+        self._serving = True
+
+    async def close(self) -> None:
+        if self._serving:
+            self._serving = False
+            try:
+                await self.p2p.remove_binary_stream_handler(PROTOCOL_NAME)
+            except Exception as exc:
+                logger.debug("removing stream handler failed: %s", exc)

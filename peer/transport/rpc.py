@@ -1,0 +1,104 @@
+"""Typed request/reply over a Transport: protocol messages in, protocol messages out.
+
+Requests carrying a tensor larger than `unary_tensor_bytes` travel as a StreamHead frame
+followed by TensorChunk frames; the server reassembles them (bounded) before dispatch.
+The server never raises: every failure becomes an ErrorReply with a wire error code.
+"""
+import dataclasses
+import logging
+from typing import Any, Awaitable, Callable
+
+from protocol import codec
+from protocol import messages as m
+from protocol.errors import ErrorCode, ProtocolError
+from protocol.tensors import (ChunkAssembler, DEFAULT_CHUNK_BYTES, DEFAULT_MAX_TENSOR_BYTES,
+                              TensorPayload, split_payload)
+
+from peer.transport.base import RecvFrame, Transport, TransportError
+
+logger = logging.getLogger(__name__)
+UNARY_TENSOR_BYTES = 1024 * 1024
+_STREAMABLE = (m.ForwardRequest, m.BackwardRequest, m.GradientShare)
+_PLACEHOLDER = TensorPayload("uint8", (0,), b"")
+
+
+class RemoteError(Exception):
+    """The remote answered with an ErrorReply."""
+
+    def __init__(self, peer: str, reply: m.ErrorReply):
+        super().__init__(f"peer {peer[:12]} replied {reply.code.name}: {reply.message}")
+        self.peer = peer
+        self.code = reply.code
+        self.reply = reply
+
+
+class RpcClient:
+    def __init__(self, transport: Transport, unary_tensor_bytes: int = UNARY_TENSOR_BYTES,
+                 chunk_bytes: int = DEFAULT_CHUNK_BYTES):
+        self.transport = transport
+        self.unary_tensor_bytes = unary_tensor_bytes
+        self.chunk_bytes = chunk_bytes
+
+    def frames_for(self, message: Any) -> list[bytes]:
+        tensor = getattr(message, "tensor", None)
+        if not isinstance(message, _STREAMABLE) or tensor is None or tensor.nbytes <= self.unary_tensor_bytes:
+            return [codec.encode(message)]
+        inner = codec.encode(dataclasses.replace(message, tensor=_PLACEHOLDER))
+        head = codec.encode(m.StreamHead(inner))
+        return [head] + [codec.encode(m.StreamChunk(c)) for c in split_payload(tensor, self.chunk_bytes)]
+
+    async def call(self, peer: str, message: Any, timeout: float) -> Any:
+        """Send `message`; return the decoded reply. Raises TransportError, RemoteError,
+        or ProtocolError when the reply itself is malformed."""
+        frame = await self.transport.request(peer, self.frames_for(message), timeout)
+        reply = codec.decode(frame)
+        if isinstance(reply, m.ErrorReply):
+            raise RemoteError(peer, reply)
+        return reply
+
+
+MessageHandler = Callable[[str, Any], Awaitable[Any]]
+
+
+class RpcServer:
+    """Decodes requests and dispatches them by message type to registered handlers."""
+
+    def __init__(self, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES):
+        self.max_tensor_bytes = max_tensor_bytes
+        self.handlers: dict[type, MessageHandler] = {}
+        self.rejected = 0  # requests answered with an error, for status and tests
+
+    def register(self, message_type: type, handler: MessageHandler) -> None:
+        self.handlers[message_type] = handler
+
+    async def handle(self, remote: str, recv: RecvFrame) -> bytes:
+        try:
+            request = await self._read_request(recv)
+            handler = self.handlers.get(type(request))
+            if handler is None:
+                return self._error(ErrorCode.UNKNOWN_TYPE, f"no handler for {type(request).__name__}")
+            reply = await handler(remote, request)
+            return codec.encode(reply)
+        except ProtocolError as exc:
+            return self._error(exc.code, str(exc))
+        except (TransportError, TimeoutError) as exc:
+            return self._error(ErrorCode.MALFORMED, f"incomplete request: {exc}")
+        except Exception as exc:  # a handler bug must not crash the peer: report it
+            logger.exception("handler failed for a request from %s", remote[:12])
+            return self._error(ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+
+    async def _read_request(self, recv: RecvFrame) -> Any:
+        first = codec.decode(await recv())
+        if not isinstance(first, m.StreamHead):
+            return first
+        request = codec.decode(first.message, expected=_STREAMABLE)
+        assembler = ChunkAssembler(self.max_tensor_bytes)
+        while True:
+            part = codec.decode(await recv(), expected=m.StreamChunk)
+            payload = assembler.add(part.chunk)
+            if payload is not None:
+                return dataclasses.replace(request, tensor=payload)
+
+    def _error(self, code: ErrorCode, message: str) -> bytes:
+        self.rejected += 1
+        return codec.encode(m.ErrorReply(code, message))

@@ -1,0 +1,40 @@
+"""Typed identifiers and the DHT key builders (keys embed the major version and run name)."""
+import re
+
+from protocol.errors import FieldError
+from protocol.version import PROTOCOL_MAJOR
+
+PeerId = str  # base58 libp2p peer id as a string (hivemind's PeerID.to_base58())
+MicrobatchId = int
+
+_RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def check_run_name(name: str) -> str:
+    if not isinstance(name, str) or not _RUN_NAME.fullmatch(name):
+        raise FieldError("run", f"invalid run name {name!r}: use 1-64 letters, digits, '_', '.', '-'")
+    return name
+
+
+def _key(run: str, what: str) -> str:
+    return f"skippipe/v{PROTOCOL_MAJOR}/{check_run_name(run)}/{what}"
+
+
+def spec_key(run: str) -> str:
+    return _key(run, "spec")
+
+
+def peers_key(run: str) -> str:
+    return _key(run, "peers")
+
+
+def links_key(run: str) -> str:
+    return _key(run, "links")
+
+
+def schedule_key(run: str) -> str:
+    return _key(run, "schedule")
+
+
+def progress_key(run: str) -> str:
+    return _key(run, "progress")

@@ -1,0 +1,153 @@
+"""Control and data-plane messages (frozen dataclasses; the codec gives each a fixed code)."""
+from dataclasses import dataclass
+
+from protocol.errors import ErrorCode, FieldError
+from protocol.ids import check_run_name
+from protocol.tensors import TensorChunk, TensorPayload
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Written by the coordinator: everything a peer needs to build its stage and train."""
+
+    run: str
+    model: str                       # named model config, e.g. "tiny"
+    num_stages: int
+    skip_ratio: float
+    seed: int = 0
+    microbatch_samples: int = 4
+    seq_len: int = 64
+    microbatches_per_origin: int = 4
+    learning_rate: float = 1e-3
+    warmup_steps: int = 10
+    max_grad_norm: float = 1.0
+    stage_sizes: tuple[int, ...] = ()  # layers per stage; () = as even as possible
+    max_steps: int = 0               # iterations to train; 0 = until stopped
+
+    def __post_init__(self):
+        check_run_name(self.run)
+        if self.num_stages < 1:
+            raise FieldError("num_stages", "must be >= 1")
+        if not 0.0 <= self.skip_ratio < 1.0:
+            raise FieldError("skip_ratio", "must be in [0, 1)")
+        for name in ("microbatch_samples", "seq_len", "microbatches_per_origin"):
+            if getattr(self, name) < 1:
+                raise FieldError(name, "must be >= 1")
+        if self.stage_sizes and len(self.stage_sizes) != self.num_stages:
+            raise FieldError("stage_sizes", f"needs {self.num_stages} entries")
+
+
+@dataclass(frozen=True)
+class WorkHeader:
+    """Identifies one hop of one microbatch's forward or backward pass."""
+
+    run: str
+    epoch: int
+    iteration: int
+    microbatch_id: int
+    hop_index: int                   # index into the route's hops; len(hops) = back at origin
+
+    def __post_init__(self):
+        check_run_name(self.run)
+        for name in ("epoch", "iteration", "microbatch_id", "hop_index"):
+            if getattr(self, name) < 0:
+                raise FieldError(name, "must be >= 0")
+
+
+@dataclass(frozen=True)
+class ForwardRequest:
+    header: WorkHeader
+    tensor: TensorPayload
+
+
+@dataclass(frozen=True)
+class ForwardReply:
+    header: WorkHeader
+    tensor: TensorPayload | None = None
+
+
+@dataclass(frozen=True)
+class BackwardRequest:
+    header: WorkHeader
+    tensor: TensorPayload
+
+
+@dataclass(frozen=True)
+class BackwardReply:
+    header: WorkHeader
+    tensor: TensorPayload | None = None
+
+
+@dataclass(frozen=True)
+class StreamHead:
+    """First frame of a streamed (chunked) request: the encoded request whose `tensor` is an
+    empty placeholder; TensorChunk frames with the real tensor follow."""
+
+    message: bytes
+
+
+@dataclass(frozen=True)
+class StreamChunk:
+    chunk: TensorChunk
+
+
+@dataclass(frozen=True)
+class ErrorReply:
+    code: ErrorCode
+    message: str
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Ping:
+    nonce: int
+    payload: bytes = b""             # padding for bandwidth probes
+
+
+@dataclass(frozen=True)
+class Pong:
+    nonce: int
+    payload: bytes = b""
+
+
+@dataclass(frozen=True)
+class GradientShare:
+    """One replica's summed gradients for a stage, sent to the stage's other replicas."""
+
+    run: str
+    epoch: int
+    iteration: int
+    stage: int
+    samples: int                     # samples whose gradients are in the sum
+    tensor: TensorPayload
+    loss_sum: float = 0.0            # stage 0 only: sum of per-sample losses
+
+
+@dataclass(frozen=True)
+class GradientShareAck:
+    iteration: int
+
+
+@dataclass(frozen=True)
+class MicrobatchCounts:
+    completed: int = 0
+    rerouted: int = 0
+    skipped_stage: int = 0
+    reissued: int = 0
+    lost: int = 0
+
+
+@dataclass(frozen=True)
+class IterationReport:
+    """Published by each stage-0 peer after each iteration (DHT progress key, own subkey)."""
+
+    peer_id: str
+    epoch: int
+    iteration: int
+    loss_sum: float
+    samples: int
+    tokens: int
+    started_at: float
+    finished_at: float
+    counts: MicrobatchCounts
+    stages_visited: int = 0          # total (microbatch, stage) visits, for skip statistics

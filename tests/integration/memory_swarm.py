@@ -1,0 +1,65 @@
+"""An in-process swarm over the in-memory transport: the real worker and handlers, no sockets."""
+import asyncio
+
+import torch
+
+from protocol import messages as m
+from protocol.schedule import Hop, Route, Schedule, StageAssignment
+
+from peer.compute.runner import StageRunner
+from peer.pipeline.handlers import WorkHandlers
+from peer.pipeline.schedule_book import ScheduleBook
+from peer.pipeline.worker import PipelineWorker, WorkerSettings
+from peer.transport.memory import MemoryNetwork
+from peer.transport.rpc import RpcClient, RpcServer
+
+
+def make_schedule(run: str, stage_of: dict[str, int], paths: dict[int, list[str]], epoch: int = 1) -> Schedule:
+    """paths: microbatch id -> the peers it visits, origin first."""
+    routes = tuple(Route(mb, tuple(Hop(stage_of[p], p) for p in peers)) for mb, peers in sorted(paths.items()))
+    return Schedule(run=run, epoch=epoch, strategy="manual", num_stages=max(stage_of.values()) + 1,
+                    skip_ratio=0.0, assignment=tuple(StageAssignment(p, s) for p, s in stage_of.items()),
+                    routes=routes)
+
+
+class RecordingRunner(StageRunner):
+    """Keeps the gradient vector and samples it stepped with, for comparisons in tests."""
+
+    def step(self):
+        self.stepped_with = (self.grad_vector().clone(), self.samples_this_step)
+        return super().step()
+
+
+def batches_for(spec: m.RunSpec, corpus_seed: int = 0):
+    gen = torch.Generator().manual_seed(corpus_seed)
+    cache = {}
+
+    def batch(iteration: int, local: int, shard: int, shards: int):
+        key = (iteration, local, shard, shards)
+        if key not in cache:
+            t = torch.randint(0, 256, (spec.microbatch_samples, spec.seq_len + 1), generator=gen)
+            cache[key] = (t[:, :-1].contiguous(), t[:, 1:].contiguous())
+        return cache[key]
+    return batch, cache
+
+
+async def run_memory_swarm(spec: m.RunSpec, schedule: Schedule, batch, timeout: float = 60.0):
+    network = MemoryNetwork()
+    book_by_peer, workers = {}, {}
+    for peer in schedule.stage_of():
+        book = ScheduleBook()
+        book.add(schedule)
+        transport = network.transport(peer)
+        worker = PipelineWorker(
+            peer, spec, RpcClient(transport), book,
+            make_runner=lambda stage: RecordingRunner.from_spec(spec, stage, max_stash=16),
+            batch=batch, settings=WorkerSettings(iteration_timeout_s=timeout))
+        server = RpcServer()
+
+        async def no_refresh():
+            return None
+        WorkHandlers(worker, no_refresh).register(server)
+        await transport.serve(server.handle)
+        workers[peer], book_by_peer[peer] = worker, book
+    await asyncio.wait_for(asyncio.gather(*(w.run() for w in workers.values())), timeout)
+    return workers

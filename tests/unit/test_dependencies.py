@@ -1,0 +1,261 @@
+"""Enforce the dependency direction of docs/architecture ("Dependency direction") with a small
+AST check: every import statement (module level or inside functions, absolute or relative,
+plus importlib.import_module / __import__ with a literal name) of every source file under
+protocol/, coordinator/ and peer/ is resolved to an absolute module name and checked against
+the rules below.
+
+    protocol/             stdlib + msgpack only; nothing of ours; no asyncio (nor torch, hivemind, numpy)
+    coordinator/planner/  protocol + stdlib + numpy + itself; no asyncio, torch, hivemind, peer,
+                          nor any coordinator.* module outside coordinator.planner
+    coordinator/          never peer, never torch
+    peer/                 never coordinator
+    peer/compute/         no hivemind, no asyncio, no networking; no peer.* outside peer.compute
+"""
+from __future__ import annotations
+
+import ast
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("protocol", "coordinator", "peer")
+STDLIB = frozenset(sys.stdlib_module_names)
+NETWORKING = {"socket", "ssl", "http", "urllib", "asyncio", "selectors", "socketserver",
+              "hivemind", "grpc", "aiohttp", "requests", "httpx", "multiaddr", "zmq", "uvloop"}
+
+
+# ---------------------------------------------------------------------------------------------
+# The checker
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Import:
+    module: str          # absolute dotted name, e.g. "coordinator.planner.costs"
+    line: int
+
+    @property
+    def top(self) -> str:
+        return self.module.split(".")[0]
+
+    def within(self, package: str) -> bool:
+        return self.module == package or self.module.startswith(package + ".")
+
+
+def module_name(path: Path, root: Path = ROOT) -> tuple[str, bool]:
+    """'coordinator/planner/paths.py' -> ('coordinator.planner.paths', False);
+    '.../__init__.py' -> (package name, True)."""
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    is_package = parts[-1] == "__init__"
+    if is_package:
+        parts.pop()
+    return ".".join(parts), is_package
+
+
+def imports_of(source: str, module: str, is_package: bool = False,
+               known_modules: frozenset[str] = frozenset()) -> list[Import]:
+    """Every module `source` imports, as absolute names. `from pkg import name` counts as
+    importing pkg.name when that is a module of ours (so `from coordinator import config` is
+    seen as coordinator.config), else as importing pkg."""
+    tree = ast.parse(source)
+    package = module if is_package else module.rpartition(".")[0]
+    found: list[Import] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [Import(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base_parts = package.split(".") if package else []
+                if node.level - 1 > len(base_parts) - 1:
+                    found.append(Import(f"<relative import beyond top level: level {node.level}>",
+                                        node.lineno))
+                    continue
+                base = ".".join(base_parts[:len(base_parts) - (node.level - 1)])
+                base = f"{base}.{node.module}" if node.module else base
+            else:
+                base = node.module or ""
+            subs = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in known_modules]
+            found += [Import(s, node.lineno) for s in subs]
+            if len(subs) < len(node.names):
+                found.append(Import(base, node.lineno))
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if name in ("import_module", "__import__"):
+                found.append(Import(node.args[0].value, node.lineno))
+    return found
+
+
+def _ours(imp: Import) -> bool:
+    return imp.top in PACKAGES
+
+
+def rule_problems(module: str, imp: Import) -> list[str]:
+    """The rules of architecture.md, as (module doing the import, what it imports) -> problems."""
+    problems = []
+    if imp.module.startswith("<"):
+        return [imp.module]
+
+    def bad(why):
+        problems.append(f"imports {imp.module}: {why}")
+
+    if module == "protocol" or module.startswith("protocol."):
+        if _ours(imp) and imp.top != "protocol":
+            bad("protocol/ imports nothing of ours")
+        elif imp.top == "asyncio":
+            bad("protocol/ uses no asyncio")
+        elif imp.top not in STDLIB and imp.top not in ("msgpack", "protocol"):
+            bad("protocol/ depends on the standard library and msgpack only")
+    if module.startswith("coordinator.planner"):
+        if imp.top == "asyncio":
+            bad("the planner is pure: no asyncio")
+        elif imp.top == "coordinator" and not imp.within("coordinator.planner") \
+                and imp.module != "coordinator":
+            bad("the planner imports no coordinator module outside coordinator.planner")
+        elif imp.top not in STDLIB and imp.top not in ("numpy", "protocol", "coordinator"):
+            bad("the planner depends only on protocol, the standard library and numpy")
+    if module == "coordinator" or module.startswith("coordinator."):
+        if imp.top == "peer":
+            bad("coordinator/ never imports peer/")
+        if imp.top == "torch":
+            bad("coordinator/ never imports torch")
+    if module == "peer" or module.startswith("peer."):
+        if imp.top == "coordinator":
+            bad("peer/ never imports coordinator/")
+    if module.startswith("peer.compute"):
+        if imp.top in NETWORKING:
+            bad("peer/compute/ has no hivemind, no asyncio, no networking")
+        elif imp.top == "peer" and not imp.within("peer.compute") and imp.module != "peer":
+            bad("peer/compute/ depends on torch and protocol only, not on the rest of peer/")
+    return problems
+
+
+def check_source(source: str, module: str, is_package: bool = False,
+                 known_modules: frozenset[str] = frozenset()) -> list[str]:
+    return [f"{module}:{imp.line}: {p}"
+            for imp in imports_of(source, module, is_package, known_modules)
+            for p in rule_problems(module, imp)]
+
+
+def source_files(root: Path = ROOT) -> list[Path]:
+    return sorted(p for pkg in PACKAGES if (root / pkg).is_dir() for p in (root / pkg).rglob("*.py"))
+
+
+def known_modules_of(files: list[Path], root: Path = ROOT) -> frozenset[str]:
+    return frozenset(module_name(p, root)[0] for p in files)
+
+
+# ---------------------------------------------------------------------------------------------
+# The real tree
+# ---------------------------------------------------------------------------------------------
+FILES = source_files()
+KNOWN = known_modules_of(FILES)
+
+
+def test_tree_is_found():
+    names = {module_name(p)[0] for p in FILES}
+    assert {"protocol.codec", "protocol.errors", "protocol.topology"} <= names, ROOT
+    assert any(n.startswith("coordinator") for n in names) and any(n.startswith("peer") for n in names)
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_dependency_direction(path):
+    module, is_package = module_name(path)
+    problems = check_source(path.read_text(encoding="utf-8"), module, is_package, KNOWN)
+    assert not problems, "\n".join(problems)
+
+
+# ---------------------------------------------------------------------------------------------
+# Self-checks: the checker catches violations and resolves imports correctly
+# ---------------------------------------------------------------------------------------------
+SYNTHETIC_KNOWN = frozenset({"coordinator.config", "coordinator.planner", "coordinator.planner.costs",
+                             "peer.compute", "peer.compute.model", "peer.transport", "protocol.codec"})
+
+VIOLATIONS = [
+    ("protocol.codec", "import torch"),
+    ("protocol.codec", "import numpy as np"),
+    ("protocol.codec", "import asyncio"),
+    ("protocol.codec", "from hivemind import DHT"),
+    ("protocol.codec", "from coordinator.planner import plan"),
+    ("protocol.codec", "def f():\n    import peer.app\n"),               # lazy import too
+    ("protocol.codec", "from .. import peer"),                            # relative escape
+    ("protocol.codec", "import importlib\nimportlib.import_module('torch')"),
+    ("coordinator.planner.paths", "import torch"),
+    ("coordinator.planner.paths", "import hivemind"),
+    ("coordinator.planner.paths", "import asyncio"),
+    ("coordinator.planner.paths", "from asyncio import sleep"),
+    ("coordinator.planner.paths", "from coordinator.config import CoordinatorConfig"),
+    ("coordinator.planner.paths", "from coordinator import config"),
+    ("coordinator.planner.paths", "from .. import config"),
+    ("coordinator.planner.paths", "from ..config import X"),
+    ("coordinator.planner.paths", "import peer.compute"),
+    ("coordinator.planner.paths", "import scipy"),
+    ("coordinator.app", "from peer.transport import memory"),
+    ("coordinator.app", "import torch.nn"),
+    ("coordinator", "from torch import nn"),                              # package __init__
+    ("peer.app", "from coordinator.planner import plan"),
+    ("peer.routing.rules", "from ...coordinator import config"),
+    ("peer.compute.runner", "import hivemind"),
+    ("peer.compute.runner", "from hivemind.utils import get_logger"),
+    ("peer.compute.runner", "import asyncio"),
+    ("peer.compute.runner", "import socket"),
+    ("peer.compute.runner", "from ..transport import memory"),
+    ("peer.compute.runner", "from ...coordinator import x"),
+    ("peer.compute", "from ..transport import framing"),                  # __init__ of compute
+    ("peer.compute.runner", "from .... import x"),                        # beyond the top level
+]
+
+
+@pytest.mark.parametrize("module,source", VIOLATIONS, ids=[f"{m}: {s}" for m, s in VIOLATIONS])
+def test_checker_catches_violation(module, source):
+    is_package = module in ("coordinator", "peer.compute")
+    known = SYNTHETIC_KNOWN | {"peer.transport.memory", "peer.transport.framing"}
+    assert check_source(source, module, is_package, known), "violation not detected"
+
+
+ALLOWED = [
+    ("protocol.codec", "import msgpack\nimport json, math\nfrom typing import Any\nfrom protocol import errors"),
+    ("protocol.codec", "from . import errors\nfrom .plain import to_plain"),
+    ("coordinator.planner.paths", "import numpy as np\nimport heapq\nfrom protocol.schedule import Schedule"),
+    ("coordinator.planner.paths", "from .costs import CostModel\nfrom . import costs"),
+    ("coordinator.planner.paths", "from coordinator.planner.costs import CostModel"),
+    ("coordinator.app", "import asyncio\nimport hivemind\nfrom coordinator.planner import plan"),
+    ("peer.app", "import torch\nimport hivemind\nimport asyncio\nfrom protocol import codec"),
+    ("peer.compute.runner", "import torch\nimport threading\nfrom .model import Decoder\nfrom protocol.tensors import TensorPayload"),
+]
+
+
+@pytest.mark.parametrize("module,source", ALLOWED, ids=[f"{m}: {s[:30]}" for m, s in ALLOWED])
+def test_checker_allows_permitted_imports(module, source):
+    assert check_source(source, module, False, SYNTHETIC_KNOWN) == []
+
+
+def test_relative_imports_resolve():
+    imps = imports_of("from . import costs\nfrom .. import config\nfrom ..planner.costs import C\n"
+                      "from .x import y", "coordinator.planner.paths", False, SYNTHETIC_KNOWN)
+    assert [i.module for i in imps] == ["coordinator.planner.costs", "coordinator.config",
+                                        "coordinator.planner.costs", "coordinator.planner.x"]
+    pkg = imports_of("from . import model\nfrom .model import Decoder", "peer.compute", True,
+                     SYNTHETIC_KNOWN)
+    assert [i.module for i in pkg] == ["peer.compute.model", "peer.compute.model"]
+    assert imports_of("import a.b as c, d", "protocol.x")[0].module == "a.b"
+
+
+def test_module_name():
+    assert module_name(ROOT / "coordinator/planner/paths.py") == ("coordinator.planner.paths", False)
+    assert module_name(ROOT / "peer/compute/__init__.py") == ("peer.compute", True)
+
+
+def test_checker_on_a_synthetic_tree(tmp_path):
+    (tmp_path / "protocol").mkdir()
+    (tmp_path / "protocol" / "__init__.py").write_text("")
+    (tmp_path / "protocol" / "bad.py").write_text("import json\n\ndef f():\n    import torch\n")
+    (tmp_path / "peer").mkdir()
+    (tmp_path / "peer" / "ok.py").write_text("import torch\nfrom protocol import bad\n")
+    files = source_files(tmp_path)
+    known = known_modules_of(files, tmp_path)
+    problems = [p for f in files
+                for p in check_source(f.read_text(), *module_name(f, tmp_path), known)]
+    assert len(problems) == 1 and problems[0].startswith("protocol.bad:4:") and "torch" in problems[0]
