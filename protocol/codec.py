@@ -31,6 +31,7 @@ TYPE_CODES: dict[type, int] = {
     m.GradientShare: 16,
     m.GradientShareAck: 17,
     m.IterationReport: 18,
+    m.ProgressRecord: 19,
     m.ErrorReply: 20,
     m.Ping: 30,
     m.Pong: 31,

@@ -151,3 +151,11 @@ class IterationReport:
     finished_at: float
     counts: MicrobatchCounts
     stages_visited: int = 0          # total (microbatch, stage) visits, for skip statistics
+
+
+@dataclass(frozen=True)
+class ProgressRecord:
+    """A stage-0 peer's most recent iteration reports (several, so a slow reader misses none)."""
+
+    peer_id: str
+    reports: tuple[IterationReport, ...]

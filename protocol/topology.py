@@ -52,8 +52,10 @@ class Workload:
     def layers_per_stage(self) -> tuple[int, ...]:
         if self.stage_sizes:
             return self.stage_sizes
+        # Extra layers go to the last stages (stage 0 also carries embedding and head);
+        # peer/compute/stages.layer_ranges splits the same way.
         base, extra = divmod(self.num_layers, self.num_stages)
-        return tuple(base + (1 if s < extra else 0) for s in range(self.num_stages))
+        return tuple(base + (1 if s >= self.num_stages - extra else 0) for s in range(self.num_stages))
 
 
 @dataclass(frozen=True)

@@ -161,14 +161,15 @@ class PathPlanner:
         c, out = self.cost, []
         remaining = self.length - len(state.stages) - 1
         last = state.nodes[-1]
-        for st in range(1, self.num_stages):
+        allowed = {st for st in range(1, self.num_stages) if self._allowed(st, level)}
+        for st in sorted(allowed):
             seq = step(state.seq, st, state.stages, self.cfg)
-            if seq is None or not self._allowed(st, level):
+            if seq is None:
                 continue
             visited = set(state.stages) | {st}
             if not self._must_reachable(must - visited, seq, remaining):
                 continue
-            if not can_finish(seq, visited, remaining, self.num_stages, self.cfg):
+            if not can_finish(seq, visited, remaining, self.num_stages, self.cfg, allowed):
                 continue
             options = []
             for n in self.shortlist[(last, st)]:

@@ -34,7 +34,7 @@ def _geo_link(ra, rb, rng: random.Random) -> tuple[float, float]:
     if ra == rb:
         return 1.0, 10.0
     d = _km(ra, rb)
-    rtt = min(300.0, max(1.0, 2.0 * d / 200.0 * 1.6 + 2.0)) * rng.uniform(0.95, 1.05)
+    rtt = min(300.0, max(1.0, (2.0 * d / 200.0 * 1.6 + 2.0) * rng.uniform(0.95, 1.05)))
     gbit = max(0.08, min(2.0, 2.0 * math.exp(-d / 3000.0))) * rng.uniform(0.85, 1.15)
     return rtt, gbit
 

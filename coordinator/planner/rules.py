@@ -39,13 +39,17 @@ def step(state: SeqState, stage: int, visited, cfg: PlannerConfig) -> SeqState |
     return SeqState(state.frontier, state.swaps + 1, state.swap_distance + dist)
 
 
-def can_finish(state: SeqState, visited, remaining: int, num_stages: int, cfg: PlannerConfig) -> bool:
-    """Cheap necessary condition: enough unvisited stages above (or swappable below) the frontier."""
-    above = sum(1 for s in range(state.frontier + 1, num_stages) if s not in visited)
+def can_finish(state: SeqState, visited, remaining: int, num_stages: int, cfg: PlannerConfig,
+               allowed=None) -> bool:
+    """Cheap necessary condition: enough unvisited (and `allowed`) stages above the frontier,
+    or swappable below it."""
+    def free(s):
+        return s not in visited and (allowed is None or s in allowed)
+    above = sum(1 for s in range(state.frontier + 1, num_stages) if free(s))
     below = 0
     if cfg.allow_swaps and state.swaps < cfg.max_swaps:
         lo = max(1, state.frontier - cfg.max_swap_distance)
-        below = sum(1 for s in range(lo, state.frontier) if s not in visited)
+        below = sum(1 for s in range(lo, state.frontier) if free(s))
     return above + min(below, cfg.max_swaps - state.swaps) >= remaining
 
 

@@ -11,7 +11,7 @@ from hivemind import DHT
 from protocol import codec, ids
 from protocol.adverts import LinkReport, PeerAdvert
 from protocol.errors import ProtocolError
-from protocol.messages import IterationReport, RunSpec
+from protocol.messages import ProgressRecord, RunSpec
 from protocol.records import decode_subkey_records
 from protocol.schedule import Schedule
 
@@ -63,5 +63,5 @@ class PeerRecords:
     async def put_links(self, report: LinkReport, ttl_s: float) -> bool:
         return await self._store(ids.links_key(self.run), report, ttl_s, subkey=self.peer_id)
 
-    async def put_progress(self, report: IterationReport, ttl_s: float) -> bool:
+    async def put_progress(self, report: ProgressRecord, ttl_s: float) -> bool:
         return await self._store(ids.progress_key(self.run), report, ttl_s, subkey=self.peer_id)

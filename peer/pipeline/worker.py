@@ -24,6 +24,7 @@ from peer.compute.errors import ComputeError
 from peer.compute.runner import StageRunner
 from peer.pipeline import plan_view as pv
 from peer.pipeline.averaging import ShareBox, combine, Contribution
+from peer.pipeline.checkpoint import CheckpointStore
 from peer.pipeline.inbox import Inbox
 from peer.pipeline.schedule_book import ScheduleBook
 from peer.transport.base import TransportError
@@ -65,10 +66,11 @@ class PipelineWorker:
     def __init__(self, me: str, spec: m.RunSpec, rpc: RpcClient, book: ScheduleBook,
                  make_runner: RunnerFactory, batch: BatchFn, settings: WorkerSettings,
                  on_iteration: Callable[[IterationOutcome], Awaitable[None]] | None = None,
-                 start_iteration: int = 0):
+                 checkpoints: CheckpointStore | None = None, start_iteration: int = 0):
         self.me, self.spec, self.rpc, self.book = me, spec, rpc, book
         self.make_runner, self.batch, self.settings = make_runner, batch, settings
         self.on_iteration = on_iteration
+        self.checkpoints = checkpoints
         self.iteration = start_iteration
         self.inbox = Inbox()
         self.shares = ShareBox()
@@ -86,10 +88,14 @@ class PipelineWorker:
 
     async def run(self) -> None:
         try:
-            while not self.spec.max_steps or self.iteration < self.spec.max_steps:
+            while True:
                 schedule = await self._schedule_with_me()
+                if self.spec.max_steps and self.iteration >= self.spec.max_steps:
+                    break
                 outcome = await self.run_iteration(self.iteration, schedule)
                 self.history.append(outcome)
+                if self.checkpoints is not None:
+                    await self.compute(self.checkpoints.save, self.runner, self.stage, self.iteration)
                 if self.on_iteration is not None:
                     await self.on_iteration(outcome)
                 self.iteration += 1
@@ -114,6 +120,11 @@ class PipelineWorker:
                 logger.warning("re-assigned from stage %d to %d: starting that stage afresh", self.stage, stage)
             self.runner = await self.compute(self.make_runner, stage)
             self.stage = stage
+            if self.checkpoints is not None:
+                done = await self.compute(self.checkpoints.load, self.runner, stage)
+                if done is not None and done + 1 > self.iteration:
+                    self.iteration = done + 1
+                    return await self._schedule_with_me()
         return schedule
 
     async def run_iteration(self, i: int, schedule: Schedule) -> IterationOutcome:

@@ -1,0 +1,162 @@
+"""Composition root of the coordinator: DHT, run spec, swarm watching, planning, publishing,
+progress. One loop; every step bounded; Ctrl-C stops it cleanly."""
+import asyncio
+import dataclasses
+import logging
+import math
+import signal
+import time
+from typing import Awaitable, Callable
+
+from hivemind import DHT
+
+from protocol.messages import RunSpec
+from protocol.schedule import Schedule
+
+from coordinator.config import CoordinatorConfig
+from coordinator.dht_io import CoordinatorRecords
+from coordinator.planner import PlanConfig, PlanningError, plan
+from coordinator.progress import IterationSummary, ProgressTracker
+from coordinator.replanner import MembershipTracker, ReplanPolicy
+from coordinator.swarm_view import NotPlannable, SwarmSnapshot, to_topology
+
+logger = logging.getLogger("skippipe.coordinator")
+SWITCH_MARGIN_S = 3.0      # a new epoch starts this far (in iterations' time) after its publication
+
+
+def spec_from_config(config: CoordinatorConfig) -> RunSpec:
+    return RunSpec(run=config.run, model=config.model, num_stages=config.num_stages,
+                   skip_ratio=config.skip_ratio, seed=config.seed,
+                   microbatch_samples=config.microbatch_samples, seq_len=config.seq_len,
+                   microbatches_per_origin=config.microbatches_per_origin,
+                   learning_rate=config.learning_rate, warmup_steps=config.warmup_steps,
+                   max_steps=config.max_steps)
+
+
+class CoordinatorApp:
+    def __init__(self, config: CoordinatorConfig,
+                 on_iteration: Callable[[IterationSummary], Awaitable[None] | None] | None = None):
+        self.config = config
+        self.spec = spec_from_config(config)
+        self.on_iteration = on_iteration
+        self.stop = asyncio.Event()
+        self.ready = asyncio.Event()        # set once the DHT is up and the spec is written
+        self.dht: DHT | None = None
+        self.schedule: Schedule | None = None
+        self.schedules: list[Schedule] = []
+        self.progress = ProgressTracker()
+        self.summaries: list[IterationSummary] = []
+        self.membership = MembershipTracker(ReplanPolicy(min_peers=max(1, config.min_peers),
+                                                         hold_s=config.replan_hold_s))
+        self.finished = False
+
+    @property
+    def maddrs(self) -> list[str]:
+        return [str(a) for a in self.dht.get_visible_maddrs()]
+
+    async def run(self) -> int:
+        cfg = self.config
+        self.dht = DHT(start=True, initial_peers=list(cfg.initial_peers) or None,
+                       host_maddrs=list(cfg.host_maddrs), announce_maddrs=list(cfg.announce_maddrs) or None)
+        try:
+            self.records = CoordinatorRecords(self.dht, cfg.run)
+            await self.records.put_spec(self.spec)
+            previous = await self.records.get_schedule()
+            if previous is not None and previous.run == cfg.run:
+                self._adopt(previous)
+                logger.info("continuing from stored schedule epoch %d", previous.epoch)
+            logger.info("run %r is up. Peers join with:\n  skippipe-peer --run %s --initial-peers %s",
+                        cfg.run, cfg.run, " ".join(self.maddrs))
+            self.ready.set()
+            await self._loop()
+            return 0
+        finally:
+            self.dht.shutdown()
+
+    async def _loop(self) -> None:
+        last_spec = time.monotonic()
+        while not self.stop.is_set() and not self.finished:
+            try:
+                await self._tick()
+            except Exception as exc:  # one bad round (DHT hiccup) must not end the run
+                logger.warning("coordinator round failed: %s", exc)
+            if time.monotonic() - last_spec > 60.0:
+                await self.records.put_spec(self.spec)
+                last_spec = time.monotonic()
+            try:
+                await asyncio.wait_for(self.stop.wait(), timeout=self.config.poll_interval_s)
+            except TimeoutError:
+                pass
+
+    async def _tick(self) -> None:
+        adverts = await self.records.get_adverts()
+        snapshot = SwarmSnapshot(adverts, await self.records.get_links())
+        now = time.monotonic()
+        self.membership.observe(frozenset(snapshot.online), now)
+        if self.membership.should_plan(now):
+            await self._replan(snapshot)
+            self.membership.planned_now(now)
+        self.progress.add(await self.records.get_progress())
+        for summary in self.progress.complete(self._origins_for):
+            self.summaries.append(summary)
+            if self.on_iteration is not None:
+                result = self.on_iteration(summary)
+                if asyncio.iscoroutine(result):
+                    await result
+            if self.spec.max_steps and summary.iteration + 1 >= self.spec.max_steps:
+                self.finished = True
+
+    async def _replan(self, snapshot: SwarmSnapshot) -> None:
+        pinned = self.schedule.stage_of() if self.schedule else {}
+        epoch = self.schedule.epoch + 1 if self.schedule else 1
+        try:
+            topology = to_topology(snapshot, self.spec, {p: s for p, s in pinned.items() if p in snapshot.online})
+            t0 = time.perf_counter()
+            schedule = plan(topology, PlanConfig(strategy=self.config.strategy, skip_ratio=self.spec.skip_ratio,
+                                                 run=self.spec.run, epoch=epoch), self.config.seed + epoch)
+        except (NotPlannable, PlanningError) as exc:
+            logger.warning("cannot plan yet: %s", exc)
+            return
+        schedule = dataclasses.replace(schedule, start_iteration=self._next_start_iteration())
+        await self.records.put_schedule(schedule)
+        self._adopt(schedule)
+        stages = {}
+        for peer, stage in schedule.stage_of().items():
+            stages.setdefault(stage, []).append(peer[:8])
+        logger.info("published epoch %d from iteration %d: %d peers, %d routes, predicted %.2fs/iteration "
+                    "(planned in %.2fs); stages %s", epoch, schedule.start_iteration, len(topology.nodes),
+                    len(schedule.routes), schedule.predicted_iteration_s, time.perf_counter() - t0,
+                    {s: len(p) for s, p in sorted(stages.items())})
+
+    def _next_start_iteration(self) -> int:
+        if self.schedule is None and not self.progress.reports and not self.summaries:
+            return 0
+        latest = max(self.progress.latest_reported(), self.summaries[-1].iteration if self.summaries else -1)
+        recent = [s.duration_s for s in self.summaries[-5:] if s.duration_s > 0]
+        per_iteration = sum(recent) / len(recent) if recent else 1.0
+        return latest + 2 + math.ceil(SWITCH_MARGIN_S / per_iteration)
+
+    def _adopt(self, schedule: Schedule) -> None:
+        self.schedule = schedule
+        self.schedules.append(schedule)
+
+    def _origins_for(self, iteration: int) -> set[str]:
+        for schedule in reversed(self.schedules):
+            if schedule.start_iteration <= iteration:
+                return {r.origin for r in schedule.routes}
+        return set()
+
+
+def run_coordinator(config: CoordinatorConfig) -> int:
+    async def main() -> int:
+        app = CoordinatorApp(config, on_iteration=print_summary)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, app.stop.set)
+        return await app.run()
+    return asyncio.run(main())
+
+
+def print_summary(s: IterationSummary) -> None:
+    print(f"iteration {s.iteration}: loss {s.loss:.4f}, {s.tokens / max(s.duration_s, 1e-9):.0f} tokens/s, "
+          f"{s.duration_s:.2f}s, microbatches completed={s.completed} lost={s.lost}", flush=True)

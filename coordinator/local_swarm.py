@@ -1,0 +1,56 @@
+"""Starting and stopping peer subprocesses on this machine (for skippipe-swarm and tests).
+
+Each peer runs in its own session (process group) and dies with its parent (PDEATHSIG), so
+a crash or kill of the launcher leaves no peer, DHT child or p2pd behind.
+"""
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        pass  # not Linux: process groups still let us clean up
+
+
+def start_peer(args: list[str], log_path: Path, env: dict | None = None) -> subprocess.Popen:
+    log = open(log_path, "ab")
+    try:
+        return subprocess.Popen([sys.executable, "-m", "peer.cli", *args], stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent,
+                                env={**os.environ, **(env or {})})
+    finally:
+        log.close()
+
+
+def stop_processes(processes: list[subprocess.Popen], grace_s: float = 10.0) -> None:
+    """SIGTERM each process group, wait up to `grace_s`, then SIGKILL what is left."""
+    for p in processes:
+        _signal_group(p, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for p in processes:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    for p in processes:
+        _signal_group(p, signal.SIGKILL)  # the group: also the DHT child and its p2pd
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def _signal_group(p: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(p.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -1,0 +1,207 @@
+"""Offline planner subcommands: `plan`, `simulate`, `topology` (wired into coordinator/cli.py).
+
+    skippipe-coordinator topology --preset geo --nodes 20 --seed 1 -o geo20.json
+    skippipe-coordinator plan --topology geo20.json --skip 1/3 --strategy skippipe --seed 1 -o s.json
+    skippipe-coordinator simulate s.json --topology geo20.json --json --gantt s.svg
+"""
+import argparse
+import json
+import random
+import sys
+from fractions import Fraction
+from pathlib import Path
+
+from coordinator.planner import STRATEGIES, PlanConfig, PlannerConfig, PlanningError, plan, simulate, validate
+from coordinator.planner.presets import PRESETS, make_topology
+from protocol.errors import FieldError, ProtocolError
+from protocol.schedule import schedule_from_json, schedule_to_json
+from protocol.topology import load_topology, topology_to_json
+
+PROG = "skippipe-coordinator"
+
+
+class CliError(Exception):
+    pass
+
+
+def _fail(message: str) -> int:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _ratio(text: str) -> float:
+    """'0.33', '1/3' -> float (range checked by the planner, so the error names the problem)."""
+    try:
+        return float(Fraction(text))
+    except (ValueError, ZeroDivisionError):
+        raise argparse.ArgumentTypeError(f"not a number or fraction: {text!r}") from None
+
+
+def _write(path: str | None, text: str) -> None:
+    if not path or path == "-":
+        sys.stdout.write(text + "\n")
+        return
+    try:
+        Path(path).write_text(text + "\n")
+    except OSError as exc:
+        raise CliError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def _guarded(handler):
+    def run(args) -> int:
+        try:
+            return handler(args)
+        except (CliError, PlanningError, ProtocolError, ValueError) as exc:
+            return _fail(str(exc))
+    return run
+
+
+def cmd_plan(args) -> int:
+    topo = load_topology(args.topology)
+    planner = PlannerConfig(allow_swaps=not args.no_swaps, collision_avoidance=not args.no_collision_avoidance)
+    config = PlanConfig(args.strategy, args.skip, planner, args.run, args.epoch)
+    schedule = plan(topo, config, args.seed)
+    _write(args.output, schedule_to_json(schedule))
+    stages = sorted(set(schedule.stage_of().values()))
+    sizes = [sum(1 for a in schedule.assignment if a.stage == s) for s in stages]
+    length = len(schedule.routes[0].hops) if schedule.routes else 0
+    print(f"{schedule.strategy}: {len(topo.nodes)} nodes, stage sizes {sizes}, {len(schedule.routes)} "
+          f"microbatches x {length} stages, predicted iteration {schedule.predicted_iteration_s:.2f} s"
+          f"{' -> ' + args.output if args.output and args.output != '-' else ''}",
+          file=sys.stderr if not args.output or args.output == "-" else sys.stdout)
+    return 0
+
+
+def _load_schedule(path: str):
+    try:
+        return schedule_from_json(Path(path).read_text())
+    except OSError as exc:
+        raise CliError(f"cannot read {path}: {exc.strerror}") from None
+    except FieldError as exc:
+        raise CliError(f"{path}: bad schedule: {exc}") from None
+
+
+def cmd_simulate(args) -> int:
+    topo = load_topology(args.topology)
+    schedule = _load_schedule(args.schedule)
+    violations = validate(schedule, topo)
+    result = simulate(schedule, topo)
+    report = {
+        "strategy": schedule.strategy,
+        "iteration_time_s": round(result.iteration_time_s, 6),
+        "predicted_iteration_s": schedule.predicted_iteration_s,
+        "microbatches": len(schedule.routes),
+        "busy_fraction": {k: round(v, 4) for k, v in result.busy_fraction.items()},
+        "mean_busy_fraction": round(sum(result.busy_fraction.values()) / max(1, len(result.busy_fraction)), 4),
+        "stage_finish_s": {str(k): round(v, 6) for k, v in result.stage_finish_s.items()},
+        "order_deviations": result.order_deviations,
+        "memory_overflows": result.memory_overflows,
+        "violations": [v.to_plain() for v in violations],
+    }
+    if args.gantt:
+        write_gantt(result, schedule, args.gantt)
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print(f"{schedule.strategy}: iteration {result.iteration_time_s:.2f} s, mean busy "
+              f"{report['mean_busy_fraction']:.0%}, {len(violations)} violation(s)")
+        for v in violations:
+            print(f"  {v.kind.value}: {v.message}")
+    return 0
+
+
+def write_gantt(result, schedule, path: str) -> None:
+    """One row per node (by stage), forward solid, backward hatched, head black; colour = microbatch."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    stage_of = schedule.stage_of()
+    nodes = sorted(result.busy_s, key=lambda n: (stage_of.get(n, 99), n))
+    row = {n: i for i, n in enumerate(nodes)}
+    cmap = plt.get_cmap("tab20")
+    fig, ax = plt.subplots(figsize=(14, max(3.0, 0.35 * len(nodes) + 1)))
+    for iv in result.intervals:
+        y, w = row[iv.node], iv.end - iv.start
+        if iv.kind == "H":
+            ax.barh(y, w, left=iv.start, height=0.8, color="black")
+            continue
+        ax.barh(y, w, left=iv.start, height=0.8, color=cmap(iv.microbatch_id % 20),
+                hatch="//" if iv.kind == "B" else None, edgecolor="black" if iv.kind == "B" else "none",
+                linewidth=0.3, alpha=0.75 if iv.kind == "B" else 1.0)
+    ax.set_yticks(range(len(nodes)), [f"{n} (s{stage_of.get(n, '?')})" for n in nodes], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("time (s)")
+    ax.set_title(f"{schedule.strategy}: iteration {result.iteration_time_s:.2f} s "
+                 "(solid = forward, hatched = backward, black = head + loss)")
+    fig.tight_layout()
+    try:
+        fig.savefig(path)
+    except OSError as exc:
+        raise CliError(f"cannot write {path}: {exc.strerror}") from None
+    finally:
+        plt.close(fig)
+
+
+def cmd_topology(args) -> int:
+    if args.nodes < 1:
+        raise CliError("--nodes must be >= 1")
+    topo = make_topology(args.preset, args.nodes, random.Random(args.seed), stages=args.stages,
+                         layers=args.layers, microbatch_samples=args.microbatch_samples,
+                         microbatches=args.microbatches, activation_bytes=int(args.activation_mib * 2**20),
+                         memory=args.memory, param_bytes_per_layer=int(args.param_mib_per_layer * 2**20),
+                         clusters=args.clusters)
+    _write(args.output, topology_to_json(topo))
+    return 0
+
+
+def register(subparsers) -> None:
+    """Add the `plan`, `simulate` and `topology` subcommands to an argparse subparsers object."""
+    p = subparsers.add_parser("plan", help="plan one iteration's schedule from a topology file",
+                              description="Partition nodes into stages, schedule every microbatch's path "
+                                          "and each node's order; write the schedule JSON.")
+    p.add_argument("--topology", required=True, help="topology JSON (skippipe-topology/1)")
+    p.add_argument("--skip", type=_ratio, default=1.0 / 3.0, help="skip ratio k in [0, 1), e.g. 0.33 or 1/3")
+    p.add_argument("--strategy", choices=STRATEGIES, default="skippipe", help="planner or baseline")
+    p.add_argument("--seed", type=int, default=0, help="RNG seed (same seed, same schedule)")
+    p.add_argument("-o", "--output", help="schedule file to write (default: stdout)")
+    p.add_argument("--run", default="default", help="run name stored in the schedule")
+    p.add_argument("--epoch", type=int, default=0, help="schedule epoch")
+    p.add_argument("--no-swaps", action="store_true", help="forbid stage reordering (rule 4 off)")
+    p.add_argument("--no-collision-avoidance", action="store_true", help="the paper's non-collision-aware ablation")
+    p.set_defaults(func=_guarded(cmd_plan))
+
+    s = subparsers.add_parser("simulate", help="simulate one iteration of a schedule",
+                              description="Event-simulate a schedule on its topology and check its constraints.")
+    s.add_argument("schedule", help="schedule JSON written by `plan`")
+    s.add_argument("--topology", required=True, help="topology JSON the schedule was planned for")
+    s.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
+    s.add_argument("--gantt", metavar="FILE", help="write a Gantt chart (.svg or .png)")
+    s.set_defaults(func=_guarded(cmd_simulate))
+
+    t = subparsers.add_parser("topology", help="generate a synthetic heterogeneous topology",
+                              description="geo: 12 world regions; clusters: fast clusters, slow links "
+                                          "between; single: one cluster.")
+    t.add_argument("--preset", choices=PRESETS, default="geo", help="network shape")
+    t.add_argument("--nodes", type=int, default=20, help="number of nodes")
+    t.add_argument("--seed", type=int, default=0, help="RNG seed")
+    t.add_argument("-o", "--output", help="file to write (default: stdout)")
+    t.add_argument("--stages", type=int, default=6, help="pipeline stages")
+    t.add_argument("--layers", type=int, default=24, help="model layers")
+    t.add_argument("--microbatch-samples", type=int, default=8, help="samples per microbatch")
+    t.add_argument("--microbatches", type=int, default=6, help="microbatches per data node per iteration")
+    t.add_argument("--activation-mib", type=float, default=4.0, help="activation MiB per sample")
+    t.add_argument("--memory", type=int, default=3, help="activations a node can hold (microbatches)")
+    t.add_argument("--param-mib-per-layer", type=float, default=0.0, help="for replica averaging; 0 = ignore")
+    t.add_argument("--clusters", type=int, default=0, help="clusters preset: how many (0 = auto)")
+    t.set_defaults(func=_guarded(cmd_topology))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog=PROG, description="SkipPipe offline planner tools")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

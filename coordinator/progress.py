@@ -1,0 +1,72 @@
+"""Turning stage-0 peers' iteration reports into per-iteration swarm summaries."""
+from dataclasses import dataclass, field
+
+from protocol.messages import IterationReport, ProgressRecord
+
+
+@dataclass(frozen=True)
+class IterationSummary:
+    iteration: int
+    epoch: int
+    loss: float
+    samples: int
+    tokens: int
+    started_at: float
+    finished_at: float
+    completed: int
+    rerouted: int
+    skipped_stage: int
+    reissued: int
+    lost: int
+    stages_visited: int
+
+    @property
+    def duration_s(self) -> float:
+        return self.finished_at - self.started_at
+
+
+def summarize(iteration: int, reports: list[IterationReport]) -> IterationSummary:
+    samples = sum(r.samples for r in reports)
+    return IterationSummary(
+        iteration=iteration, epoch=max(r.epoch for r in reports),
+        loss=sum(r.loss_sum for r in reports) / samples if samples else float("nan"),
+        samples=samples, tokens=sum(r.tokens for r in reports),
+        started_at=min(r.started_at for r in reports), finished_at=max(r.finished_at for r in reports),
+        completed=sum(r.counts.completed for r in reports), rerouted=sum(r.counts.rerouted for r in reports),
+        skipped_stage=sum(r.counts.skipped_stage for r in reports),
+        reissued=sum(r.counts.reissued for r in reports), lost=sum(r.counts.lost for r in reports),
+        stages_visited=sum(r.stages_visited for r in reports))
+
+
+@dataclass
+class ProgressTracker:
+    """Collects reports; an iteration is complete once every expected origin reported it."""
+
+    next_iteration: int = 0
+    started: bool = False          # the first report fixes where we start (runs may resume)
+    reports: dict[int, dict[str, IterationReport]] = field(default_factory=dict)
+
+    def add(self, records: dict[str, ProgressRecord]) -> None:
+        for peer, record in records.items():
+            for report in record.reports:
+                if report.iteration >= self.next_iteration:
+                    self.reports.setdefault(report.iteration, {})[peer] = report
+
+    def complete(self, origins_for: "callable") -> list[IterationSummary]:
+        """Summaries of newly completed iterations, in order. `origins_for(i)` gives the set of
+        stage-0 peers expected to report iteration i."""
+        done = []
+        if not self.started and self.reports:
+            self.next_iteration, self.started = min(self.reports), True
+        while True:
+            got = self.reports.get(self.next_iteration, {})
+            expected = origins_for(self.next_iteration)
+            if not got or not expected or not expected <= set(got):
+                break
+            done.append(summarize(self.next_iteration, [got[p] for p in sorted(expected)]))
+            del self.reports[self.next_iteration]
+            self.next_iteration += 1
+        return done
+
+    def latest_reported(self) -> int:
+        return max(self.reports, default=self.next_iteration - 1)

@@ -1,0 +1,142 @@
+"""`skippipe-swarm`: a whole local swarm (coordinator + N peers) on this machine, on 127.0.0.1."""
+import argparse
+import asyncio
+import json
+import logging
+import math
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from protocol.cli_support import OneLineErrorParser, fail_usage, positive_int, skip_ratio
+
+from coordinator.config import CoordinatorConfig
+from coordinator.local_swarm import start_peer, stop_processes
+from coordinator.progress import IterationSummary
+
+logger = logging.getLogger("skippipe.swarm")
+DESCRIPTION = """\
+Start a complete SkipPipe swarm on this machine: a coordinator and N volunteer peers as
+separate processes talking over real hivemind P2P on 127.0.0.1. It trains the chosen model
+on the embedded Shakespeare corpus, shows progress, prints a summary, and stops every
+process it started.
+"""
+EPILOG = "example:\n  skippipe-swarm --peers 6 --stages 3 --steps 20 --skip 1/3 --model tiny\n"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = OneLineErrorParser(prog="skippipe-swarm", description=DESCRIPTION, epilog=EPILOG,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--peers", type=positive_int, default=6, help="number of peer processes (default: 6)")
+    p.add_argument("--stages", type=positive_int, default=3, help="pipeline stages (default: 3)")
+    p.add_argument("--steps", type=positive_int, default=20, help="training iterations (default: 20)")
+    p.add_argument("--skip", type=skip_ratio, default=1 / 3, metavar="K", help="skip ratio (default: 1/3)")
+    p.add_argument("--strategy", choices=["skippipe", "full", "random-skip"], default="skippipe")
+    p.add_argument("--model", default="tiny", help="model config (default: tiny)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--microbatches", type=positive_int, default=4, help="microbatches per stage-0 peer per iteration")
+    p.add_argument("--microbatch-samples", type=positive_int, default=4)
+    p.add_argument("--seq-len", type=positive_int, default=64)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--run", default="local", help="run name (default: local)")
+    p.add_argument("--checkpoint-dir", type=Path, help="per-stage checkpoints; rerun with the same dir to resume")
+    p.add_argument("--summary-json", type=Path, metavar="FILE", help="write the run summary as JSON")
+    p.add_argument("--logs-dir", type=Path, help="keep peer logs here (default: a temporary folder)")
+    p.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds (default: 900)")
+    p.add_argument("--status-port", type=int, default=0, help="reserved for the status page (a later release)")
+    p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return p
+
+
+class ProgressPrinter:
+    def __init__(self, steps: int):
+        self.steps = steps
+        self.tty = sys.stdout.isatty()
+
+    def __call__(self, s: IterationSummary) -> None:
+        width = 24
+        filled = int(width * (s.iteration + 1) / self.steps)
+        bar = "#" * filled + "-" * (width - filled)
+        skipped = s.completed and (1 - s.stages_visited / max(s.completed, 1) / self.stages) or 0.0
+        line = (f"[{bar}] iter {s.iteration + 1}/{self.steps} loss {s.loss:.3f} "
+                f"{s.tokens / max(s.duration_s, 1e-9):7.0f} tok/s {s.duration_s:5.2f}s/iter "
+                f"stages skipped {100 * skipped:4.1f}% lost {s.lost}")
+        print(line, flush=True)
+
+
+def summary_dict(summaries: list[IterationSummary], args, wall_s: float) -> dict:
+    tokens = sum(s.tokens for s in summaries)
+    busy = sum(s.duration_s for s in summaries)
+    return {
+        "steps": len(summaries), "peers": args.peers, "stages": args.stages, "skip": args.skip,
+        "strategy": args.strategy, "model": args.model,
+        "first_loss": summaries[0].loss if summaries else None,
+        "last_loss": summaries[-1].loss if summaries else None,
+        "losses": [s.loss for s in summaries],
+        "tokens_per_s": tokens / busy if busy else 0.0,
+        "mean_iteration_s": busy / len(summaries) if summaries else None,
+        "wall_s": wall_s,
+        "microbatches": {k: sum(getattr(s, k) for s in summaries)
+                         for k in ("completed", "rerouted", "skipped_stage", "reissued", "lost")},
+    }
+
+
+async def run_swarm(args) -> int:
+    from coordinator.app import CoordinatorApp  # hivemind: only once the flags are valid
+    config = CoordinatorConfig(
+        run=args.run, model=args.model, num_stages=args.stages, skip_ratio=args.skip, strategy=args.strategy,
+        seed=args.seed, max_steps=args.steps, microbatch_samples=args.microbatch_samples, seq_len=args.seq_len,
+        microbatches_per_origin=args.microbatches, learning_rate=args.lr,
+        host_maddrs=("/ip4/127.0.0.1/tcp/0",), min_peers=args.peers)
+    printer = ProgressPrinter(args.steps)
+    printer.stages = args.stages
+    app = CoordinatorApp(config, on_iteration=printer)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, app.stop.set)
+    logs = args.logs_dir or Path(tempfile.mkdtemp(prefix="skippipe-swarm-"))
+    logs.mkdir(parents=True, exist_ok=True)
+    coordinator = asyncio.create_task(app.run())
+    peers = []
+    started = time.monotonic()
+    try:
+        await asyncio.wait_for(app.ready.wait(), timeout=60)
+        print(f"coordinator up at {app.maddrs[0]}; starting {args.peers} peers (logs in {logs})", flush=True)
+        for i in range(args.peers):
+            peer_args = ["--initial-peers", *app.maddrs, "--run", args.run, "--device", "cpu",
+                         "--host-maddrs", "/ip4/127.0.0.1/tcp/0", "--log-level", args.log_level,
+                         "--public-name", f"local-{i}"]
+            if args.checkpoint_dir:
+                peer_args += ["--checkpoint-dir", str(args.checkpoint_dir)]
+            peers.append(start_peer(peer_args, logs / f"peer{i}.log"))
+        await asyncio.wait_for(asyncio.shield(coordinator), timeout=args.timeout)
+    except TimeoutError:
+        print(f"skippipe-swarm: error: the run did not finish within {args.timeout:.0f}s; peer logs are in {logs}",
+              file=sys.stderr)
+    finally:
+        app.stop.set()
+        await asyncio.gather(coordinator, return_exceptions=True)
+        await asyncio.to_thread(stop_processes, peers)
+    summary = summary_dict(app.summaries, args, time.monotonic() - started)
+    print(f"done: {summary['steps']} iterations, loss {summary['first_loss']} -> {summary['last_loss']}, "
+          f"{summary['tokens_per_s']:.0f} tokens/s, microbatches {summary['microbatches']}", flush=True)
+    if args.summary_json:
+        args.summary_json.write_text(json.dumps(summary, indent=1))
+    if not args.logs_dir and summary["steps"] == args.steps:
+        shutil.rmtree(logs, ignore_errors=True)
+    return 0 if summary["steps"] == args.steps else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.stages > args.peers:
+        return fail_usage("skippipe-swarm", f"--stages {args.stages} needs at least as many --peers (got {args.peers})")
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return asyncio.run(run_swarm(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

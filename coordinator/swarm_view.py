@@ -1,0 +1,67 @@
+"""An immutable snapshot of the swarm (adverts + link measurements) and its translation into
+the planner's Topology, with peer ids as node ids."""
+from dataclasses import dataclass
+
+from protocol.adverts import LinkReport, PeerAdvert, PeerState
+from protocol.messages import RunSpec
+from protocol.topology import TOPOLOGY_FORMAT, Links, Node, Topology, Workload
+
+DEFAULT_LATENCY_MS = 1.0        # for pairs nobody has measured yet
+DEFAULT_BANDWIDTH_GIB_S = 1.0
+MIN_FWD_S = 1e-6
+
+
+class NotPlannable(Exception):
+    """The swarm cannot be planned yet (the message says why)."""
+
+
+@dataclass(frozen=True)
+class SwarmSnapshot:
+    adverts: dict[str, PeerAdvert]
+    links: dict[str, LinkReport]
+
+    @property
+    def online(self) -> dict[str, PeerAdvert]:
+        return {p: a for p, a in self.adverts.items() if a.state == PeerState.ONLINE}
+
+    def link(self, src: str, dst: str) -> tuple[float, float] | None:
+        """(rtt_ms, bandwidth_bytes_s) measured from src to dst, or the reverse direction."""
+        for a, b in ((src, dst), (dst, src)):
+            report = self.links.get(a)
+            if report is not None:
+                for m in report.links:
+                    if m.peer_id == b:
+                        return m.rtt_ms, m.bandwidth_bytes_s
+        return None
+
+
+def to_topology(snapshot: SwarmSnapshot, spec: RunSpec, pinned: dict[str, int]) -> Topology:
+    """Topology of the ONLINE peers. `pinned`: stages peers already host (kept on re-plans,
+    so that no peer throws away its trained parameters)."""
+    peers = sorted(snapshot.online)
+    if not peers:
+        raise NotPlannable("no peer is online")
+    adverts = [snapshot.online[p] for p in peers]
+    layers = {a.num_layers for a in adverts}
+    if len(layers) != 1 or 0 in layers:
+        raise NotPlannable(f"peers disagree on the model's layer count: {sorted(layers)}")
+    workload = Workload(
+        num_layers=layers.pop(), num_stages=spec.num_stages, microbatch_samples=spec.microbatch_samples,
+        microbatches_per_data_node=spec.microbatches_per_origin,
+        activation_bytes_per_sample=max(a.activation_bytes_per_sample for a in adverts),
+        memory_microbatches=max(1, min(a.memory_microbatches for a in adverts)),
+        stage_sizes=spec.stage_sizes, param_bytes_per_layer=max(a.param_bytes_per_layer for a in adverts))
+    nodes = tuple(Node(id=p, fwd_s_per_layer_sample=max(a.fwd_s_per_layer_sample, MIN_FWD_S),
+                       location=a.public_name, memory_microbatches=a.memory_microbatches,
+                       stage=pinned.get(p, a.stage if 0 <= a.stage < spec.num_stages else -1))
+                  for p, a in zip(peers, adverts))
+    latency, bandwidth = [], []
+    for src in peers:
+        lat_row, bw_row = [], []
+        for dst in peers:
+            measured = None if src == dst else snapshot.link(src, dst)
+            lat_row.append(0.0 if src == dst else (measured[0] / 2 if measured else DEFAULT_LATENCY_MS))
+            bw_row.append(0.0 if src == dst else (measured[1] / 2**30 if measured else DEFAULT_BANDWIDTH_GIB_S))
+        latency.append(tuple(lat_row))
+        bandwidth.append(tuple(bw_row))
+    return Topology(TOPOLOGY_FORMAT, workload, nodes, Links(tuple(latency), tuple(bandwidth)))

@@ -1,0 +1,197 @@
+"""Composition root of `skippipe-peer`: DHT, transport, discovery, the pipeline worker."""
+import asyncio
+import collections
+import logging
+import signal
+import time
+
+from hivemind import DHT
+
+from protocol.adverts import LinkReport, PeerAdvert, PeerState
+from protocol.errors import ProtocolError
+from protocol.messages import IterationReport, MicrobatchCounts, ProgressRecord, RunSpec
+
+from peer.config import PeerConfig
+from peer.discovery.announcer import Announcer
+from peer.discovery.dht_records import PeerRecords
+from peer.discovery.link_prober import measure_link
+from peer.pipeline.checkpoint import CheckpointStore
+from peer.pipeline.handlers import WorkHandlers
+from peer.pipeline.schedule_book import ScheduleBook, StaleSchedule
+from peer.pipeline.worker import IterationOutcome, PipelineWorker, WorkerSettings
+from peer.status import status_line
+from peer.transport.hivemind_p2p import HivemindTransport
+from peer.transport.rpc import RpcClient, RpcServer
+
+logger = logging.getLogger("skippipe.peer")
+SPEC_WAIT_S = 60.0
+LINGER_AFTER_FINISH_S = 5.0
+REPORTS_KEPT = 16
+
+
+class StartupError(Exception):
+    """Something the user must fix (printed as one line, exit 1)."""
+
+
+def start_dht(config: PeerConfig) -> DHT:
+    try:
+        return DHT(start=True, initial_peers=list(config.initial_peers), host_maddrs=list(config.host_maddrs),
+                   announce_maddrs=list(config.announce_maddrs) or None)
+    except Exception as exc:
+        raise StartupError(f"could not join the swarm through {', '.join(config.initial_peers)}: {exc}. "
+                           f"Is the coordinator running, and is that address reachable from here?") from None
+
+
+class PeerApp:
+    def __init__(self, config: PeerConfig):
+        self.config = config
+        self.stop = asyncio.Event()
+        self.advert_state = PeerState.JOINING
+        self.reports: collections.deque[IterationReport] = collections.deque(maxlen=REPORTS_KEPT)
+
+    async def run(self) -> int:
+        dht = start_dht(self.config)  # before torch touches CUDA: the DHT forks
+        try:
+            return await self._run_with(dht)
+        finally:
+            dht.shutdown()
+
+    async def _run_with(self, dht: DHT) -> int:
+        cfg = self.config
+        p2p = await dht.replicate_p2p()
+        transport = HivemindTransport(p2p)
+        me = transport.peer_id
+        self.records = PeerRecords(dht, cfg.run, me)
+        spec = await self._wait_for_spec()
+        logger.info("joined run %r (model %s, %d stages, skip %.2f) as %s", spec.run, spec.model,
+                    spec.num_stages, spec.skip_ratio, me)
+        from peer.runtime import RuntimeFactory  # torch and the model: after the DHT exists
+        runtime = await asyncio.to_thread(RuntimeFactory, spec, cfg)
+        maddrs = tuple(str(a) for a in dht.get_visible_maddrs())
+        self.announcer = Announcer(self.records, runtime.advert(me, maddrs), cfg.announce_period_s)
+        self.book = ScheduleBook()
+        self.rpc = RpcClient(transport)
+        checkpoints = CheckpointStore(cfg.checkpoint_dir, spec.run) if cfg.checkpoint_dir else None
+        self.worker = PipelineWorker(
+            me, spec, self.rpc, self.book, runtime.make_runner, runtime.batch,
+            WorkerSettings(max_activations=cfg.max_activations, rpc_timeout_s=cfg.rpc_timeout_s,
+                           iteration_timeout_s=cfg.iteration_timeout_s),
+            on_iteration=self._on_iteration, checkpoints=checkpoints)
+        server = RpcServer()
+        WorkHandlers(self.worker, self.refresh_schedule).register(server)
+        await transport.serve(server.handle)
+        self.announcer.update(state=PeerState.ONLINE)
+        self.advert_state = PeerState.ONLINE
+        try:
+            await self._serve_until_stopped()
+        finally:
+            await self.announcer.go_offline()
+            await transport.close()
+        return 0
+
+    async def _serve_until_stopped(self) -> None:
+        background = [asyncio.create_task(c) for c in (
+            self.announcer.run(), self._watch_schedule(), self._probe_links(), self._print_status())]
+        work = asyncio.create_task(self.worker.run())
+        stopper = asyncio.create_task(self.stop.wait())
+        try:
+            done, _ = await asyncio.wait({work, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            if work in done:
+                work.result()  # surface a crash of the worker
+                logger.info("run finished after %d iterations; leaving in %.0fs",
+                            self.worker.iteration, LINGER_AFTER_FINISH_S)
+                await asyncio.wait([stopper], timeout=LINGER_AFTER_FINISH_S)
+        finally:
+            for task in (*background, work, stopper):
+                task.cancel()
+            await asyncio.gather(*background, work, stopper, return_exceptions=True)
+
+    async def _wait_for_spec(self) -> RunSpec:
+        deadline = time.monotonic() + SPEC_WAIT_S
+        while time.monotonic() < deadline:
+            spec = await self.records.get_spec()
+            if spec is not None:
+                return spec
+            await asyncio.sleep(1.0)
+        raise StartupError(f"no run named {self.config.run!r} was found in the DHT within "
+                           f"{SPEC_WAIT_S:.0f}s; check --run and that its coordinator is up")
+
+    async def refresh_schedule(self) -> None:
+        try:
+            schedule = await self.records.get_schedule()
+        except Exception as exc:
+            logger.warning("reading the schedule failed: %s", exc)
+            return
+        if schedule is None or schedule.run != self.config.run:
+            return
+        try:
+            if self.book.add(schedule):
+                logger.info("schedule epoch %d (from iteration %d, %s, %d routes)", schedule.epoch,
+                            schedule.start_iteration, schedule.strategy, len(schedule.routes))
+                stage = schedule.stage_of().get(self.announcer.advert.peer_id)
+                if stage is not None and stage != self.announcer.advert.stage:
+                    self.announcer.update(stage=stage)
+        except StaleSchedule as exc:
+            logger.warning("ignoring schedule: %s", exc)
+
+    async def _watch_schedule(self) -> None:
+        while True:
+            await self.refresh_schedule()
+            await asyncio.sleep(1.0)
+
+    async def _probe_links(self, period_s: float = 30.0) -> None:
+        me = self.announcer.advert.peer_id
+        while True:
+            try:
+                adverts = await self.records.get_adverts()
+            except Exception as exc:
+                logger.debug("listing peers failed: %s", exc)
+                adverts = {}
+            links = []
+            for peer in sorted(adverts):
+                if peer != me and adverts[peer].state == PeerState.ONLINE:
+                    link = await measure_link(self.rpc, peer)
+                    if link is not None:
+                        links.append(link)
+            if links:
+                try:
+                    await self.records.put_links(LinkReport(me, tuple(links), time.time()), ttl_s=3 * period_s)
+                except Exception as exc:
+                    logger.debug("publishing links failed: %s", exc)
+            await asyncio.sleep(period_s if links else 3.0)
+
+    async def _print_status(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.status_interval_s)
+            print(status_line(self.worker, self.announcer.advert.peer_id, self.advert_state.name), flush=True)
+
+    async def _on_iteration(self, outcome: IterationOutcome) -> None:
+        if not self.worker.runner.is_origin:
+            return
+        spec = self.worker.spec
+        report = IterationReport(
+            peer_id=self.announcer.advert.peer_id, epoch=outcome.epoch, iteration=outcome.iteration,
+            loss_sum=outcome.loss_sum, samples=outcome.samples, tokens=outcome.samples * spec.seq_len,
+            started_at=outcome.started_at, finished_at=outcome.finished_at,
+            counts=MicrobatchCounts(completed=outcome.completed, lost=outcome.lost),
+            stages_visited=outcome.stages_visited)
+        self.reports.append(report)
+        try:
+            await self.records.put_progress(ProgressRecord(report.peer_id, tuple(self.reports)), ttl_s=600.0)
+        except Exception as exc:
+            logger.warning("publishing progress failed: %s", exc)
+
+
+def run_peer(config: PeerConfig) -> int:
+    async def main() -> int:
+        app = PeerApp(config)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, app.stop.set)
+        return await app.run()
+
+    try:
+        return asyncio.run(main())
+    except (StartupError, ProtocolError) as exc:
+        logger.error("%s", exc)
+        return 1

@@ -1,0 +1,67 @@
+"""What a peer needs from torch for one run: device facts, the layer benchmark, stage runners
+and its data. Built once the run spec is known (and after the DHT has forked)."""
+import logging
+
+import torch
+
+from protocol.adverts import PeerAdvert, PeerState
+from protocol.messages import RunSpec
+
+from peer import hardware
+from peer.compute.model import get_config
+from peer.compute.runner import StageRunner
+from peer.compute.stages import layer_ranges
+from peer.config import PeerConfig
+from peer.data import TextDataset, load_corpus
+
+logger = logging.getLogger("skippipe.peer")
+BYTES_PER_FLOAT = 4
+
+
+class RuntimeFactory:
+    def __init__(self, spec: RunSpec, config: PeerConfig):
+        torch.set_num_threads(config.torch_threads)
+        self.spec, self.config = spec, config
+        self.model = get_config(spec.model)
+        self.device = hardware.probe_device(config.device)
+        if config.benchmark:
+            bench = hardware.benchmark_layer(self.model, config.device, samples=spec.microbatch_samples,
+                                             seq_len=min(spec.seq_len, self.model.max_seq_len),
+                                             cache_dir=config.cache_dir)
+            self.fwd_s_per_layer_sample = bench.fwd_s_per_layer_sample
+            logger.info("one layer forward: %.2f ms per sample on %s%s", 1000 * bench.fwd_s_per_layer_sample,
+                        self.device.name, " (cached)" if bench.cached else "")
+        else:
+            self.fwd_s_per_layer_sample = 0.01
+        self._train: TextDataset | None = None
+        self._shards: dict[tuple[int, int], TextDataset] = {}
+
+    def advert(self, peer_id: str, maddrs: tuple[str, ...]) -> PeerAdvert:
+        m, spec = self.model, self.spec
+        params_per_layer = 4 * m.dim * m.dim + 3 * m.dim * m.ffn_hidden  # attention (upper bound) + SwiGLU
+        start, end = (0, 0)
+        if self.config.stage >= 0:
+            start, end = layer_ranges(m.n_layers, spec.num_stages, spec.stage_sizes)[self.config.stage]
+        return PeerAdvert(
+            peer_id=peer_id, state=PeerState.JOINING, device=f"{self.device.device} ({self.device.name})",
+            memory_free_bytes=self.device.free_memory_bytes, fwd_s_per_layer_sample=self.fwd_s_per_layer_sample,
+            stage=self.config.stage, layer_start=start, layer_end=end,
+            memory_microbatches=self.config.max_activations, maddrs=maddrs, public_name=self.config.public_name,
+            num_layers=m.n_layers, activation_bytes_per_sample=spec.seq_len * m.dim * BYTES_PER_FLOAT,
+            param_bytes_per_layer=params_per_layer * BYTES_PER_FLOAT)
+
+    def make_runner(self, stage: int) -> StageRunner:
+        if not 0 <= stage < self.spec.num_stages:
+            raise ValueError(f"stage {stage} does not exist in a run with {self.spec.num_stages} stages")
+        return StageRunner.from_spec(self.spec, stage, max_stash=self.config.max_activations,
+                                     stash_ttl_s=self.config.activation_ttl_s, device=self.config.device)
+
+    def batch(self, iteration: int, local: int, shard: int, shards: int):
+        """The deterministic batch `local` of `iteration` from data shard `shard` of `shards`."""
+        if self._train is None:
+            self._train, _ = TextDataset(load_corpus(self.config.data)).split()
+        key = (shard, shards)
+        if key not in self._shards:
+            self._shards[key] = self._train.shard(shard, shards)
+        return self._shards[key].batch(seed=self.spec.seed, iteration=iteration, microbatch=local,
+                                       samples=self.spec.microbatch_samples, seq_len=self.spec.seq_len)
