@@ -39,10 +39,11 @@ class PlannerConfig:
     candidates_per_stage: int = 5        # replicas of a stage tried per expansion
     restarts: int = 3                    # extra path-planning passes scored by the simulator
     partition_iters: int = 0             # local-search steps for the partition; 0 = auto
+    partitions: int = 3                  # candidate partitions, each planned and simulated
 
     def __post_init__(self):
         for name in ("max_swaps", "max_swap_distance", "max_total_swap_distance", "max_jump",
-                     "balance_slack", "data_nodes", "restarts", "partition_iters"):
+                     "balance_slack", "data_nodes", "restarts", "partition_iters", "partitions"):
             if getattr(self, name) < 0:
                 raise PlanningError(f"planner config {name} must be >= 0")
         if self.beam_width < 1 or self.candidates_per_stage < 1:

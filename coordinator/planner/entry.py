@@ -96,8 +96,10 @@ def plan(topology: Topology, config: PlanConfig | None = None, rng_or_seed=0) ->
     pinned0 = sum(1 for n in topology.nodes if n.stage == 0)
     d = data_node_count(len(topology.nodes), w.num_stages, length, pinned0, cfg.data_nodes)
     if config.strategy == "skippipe":
-        stage_of = partition(cost, length, d, cfg.partition_iters, rng)
-        return _skippipe(topology, config, cost, stage_of, length, rng, seed)
+        # Several annealed partitions, each path-planned and simulated; the best schedule wins.
+        tries = [_skippipe(topology, config, cost, partition(cost, length, d, cfg.partition_iters, rng),
+                           length, rng, seed) for _ in range(max(1, cfg.partitions))]
+        return min(tries, key=lambda sc: sc.predicted_iteration_s)
     stage_of = partition(cost, w.num_stages, d, cfg.partition_iters, rng)   # DT-FM: full-pipeline partition
     mbs = _microbatches(stage_of, w.microbatches_per_data_node, None)
     if config.strategy == "full":

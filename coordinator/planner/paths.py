@@ -144,6 +144,23 @@ class PathPlanner:
         return frozenset(st for st in range(1, self.num_stages)
                          if math.floor(exact + _EPS) - self.visits[st] >= left)
 
+    def _quota_feasible(self, stages, level: int) -> bool:
+        """After this path, can the microbatches still to plan meet every stage's cap and floor?
+        A stage takes at most one visit per microbatch, hence the min(., left)."""
+        if not self.cfg.stage_balance or level >= 2:
+            return True
+        left = self.total - self.planned - 1
+        slots = left * (self.length - 1)
+        floor = math.floor(self.total * self.share + _EPS)
+        room = need = 0
+        for st in range(1, self.num_stages):
+            v = self.visits[st] + (st in stages)
+            room += min(max(0, self.cap - v), left)
+            need += max(0, floor - v)
+            if floor - v > left:
+                return False
+        return room >= slots >= need
+
     def _must_reachable(self, missing, seq: SeqState, remaining: int) -> bool:
         """Can the stages in `missing` still be visited (above the frontier, or by a legal swap)?"""
         if len(missing) > remaining:
@@ -168,6 +185,8 @@ class PathPlanner:
                 continue
             visited = set(state.stages) | {st}
             if not self._must_reachable(must - visited, seq, remaining):
+                continue
+            if remaining == 0 and not self._quota_feasible(visited, level):
                 continue
             if not can_finish(seq, visited, remaining, self.num_stages, self.cfg, allowed):
                 continue
@@ -219,7 +238,7 @@ class PathPlanner:
         for _ in range(self.length - 1):
             nxt = [s for st in beam for s in self._expand(st, origin, level, must)]
             nxt.sort(key=lambda s: (s.score, s.stages, s.nodes))
-            beam = nxt[:self.cfg.beam_width]
+            beam = nxt[:self.cfg.beam_width * (1 + 3 * level)]   # widen when the quota is tight
             if not beam:
                 return None
         done = [p for p in (self._finish(s, origin, mb) for s in beam) if p is not None]

@@ -52,7 +52,7 @@ def test_even_split_when_stage_sizes_omitted():
     data = valid()
     del data["workload"]["stage_sizes"]
     data["workload"]["num_layers"] = 8
-    assert parse_topology(data).workload.layers_per_stage() == (3, 3, 2)
+    assert parse_topology(data).workload.layers_per_stage() == (2, 3, 3)  # extra layers go last
 
 
 def test_round_trip_via_json(tmp_path):
