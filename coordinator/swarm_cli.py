@@ -52,15 +52,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 class ProgressPrinter:
-    def __init__(self, steps: int):
-        self.steps = steps
-        self.tty = sys.stdout.isatty()
+    def __init__(self, steps: int, stages: int):
+        self.steps, self.stages = steps, stages
 
     def __call__(self, s: IterationSummary) -> None:
         width = 24
-        filled = int(width * (s.iteration + 1) / self.steps)
+        filled = min(width, int(width * (s.iteration + 1) / self.steps))
         bar = "#" * filled + "-" * (width - filled)
-        skipped = s.completed and (1 - s.stages_visited / max(s.completed, 1) / self.stages) or 0.0
+        # share of (microbatch, stage) pairs a full pipeline would have visited but we skipped
+        skipped = 1 - s.stages_visited / (s.completed * self.stages) if s.completed else 0.0
         line = (f"[{bar}] iter {s.iteration + 1}/{self.steps} loss {s.loss:.3f} "
                 f"{s.tokens / max(s.duration_s, 1e-9):7.0f} tok/s {s.duration_s:5.2f}s/iter "
                 f"stages skipped {100 * skipped:4.1f}% lost {s.lost}")
@@ -71,7 +71,9 @@ def summary_dict(summaries: list[IterationSummary], args, wall_s: float) -> dict
     tokens = sum(s.tokens for s in summaries)
     busy = sum(s.duration_s for s in summaries)
     return {
-        "steps": len(summaries), "peers": args.peers, "stages": args.stages, "skip": args.skip,
+        "steps": len(summaries),
+        "first_iteration": summaries[0].iteration if summaries else None,
+        "last_iteration": summaries[-1].iteration if summaries else None, "peers": args.peers, "stages": args.stages, "skip": args.skip,
         "strategy": args.strategy, "model": args.model,
         "first_loss": summaries[0].loss if summaries else None,
         "last_loss": summaries[-1].loss if summaries else None,
@@ -91,8 +93,7 @@ async def run_swarm(args) -> int:
         seed=args.seed, max_steps=args.steps, microbatch_samples=args.microbatch_samples, seq_len=args.seq_len,
         microbatches_per_origin=args.microbatches, learning_rate=args.lr,
         host_maddrs=("/ip4/127.0.0.1/tcp/0",), min_peers=args.peers)
-    printer = ProgressPrinter(args.steps)
-    printer.stages = args.stages
+    printer = ProgressPrinter(args.steps, args.stages)
     app = CoordinatorApp(config, on_iteration=printer)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -125,9 +126,10 @@ async def run_swarm(args) -> int:
           f"{summary['tokens_per_s']:.0f} tokens/s, microbatches {summary['microbatches']}", flush=True)
     if args.summary_json:
         args.summary_json.write_text(json.dumps(summary, indent=1))
-    if not args.logs_dir and summary["steps"] == args.steps:
+    finished = summary["last_iteration"] == args.steps - 1
+    if not args.logs_dir and finished:
         shutil.rmtree(logs, ignore_errors=True)
-    return 0 if summary["steps"] == args.steps else 1
+    return 0 if finished else 1
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -36,7 +36,7 @@ def check_schedule(s, t, k, cfg=PlannerConfig()):
 def test_routes_valid_on_random_topologies(preset, n, stages, k, seed, memory, swaps):
     stages = min(stages, n)
     t = make_topology(preset, n, random.Random(seed), stages=stages, layers=stages * 2, microbatches=3, memory=memory)
-    cfg = PlannerConfig(allow_swaps=swaps, restarts=1)
+    cfg = PlannerConfig(allow_swaps=swaps, restarts=1, partitions=1)
     s = plan(t, PlanConfig(skip_ratio=k, planner=cfg), seed)
     check_schedule(s, t, k, cfg)
     # the published order keeps memory: walking it never holds more than m activations
@@ -53,7 +53,7 @@ def test_routes_valid_on_random_topologies(preset, n, stages, k, seed, memory, s
 
 def test_deterministic_for_a_seed():
     t = make_topology("geo", 20, random.Random(5))
-    a, b = plan(t, PlanConfig(), 7), plan(t, PlanConfig(), 7)
+    a, b = plan(t, PlanConfig(), 7), plan(t, PlanConfig(), 7)      # the default config, all 3 partitions
     assert a == b
     assert plan(t, PlanConfig(), random.Random(3)) == plan(t, PlanConfig(), random.Random(3))
     assert plan(t, PlanConfig(), np.random.default_rng(3)) == plan(t, PlanConfig(), np.random.default_rng(3))
@@ -123,6 +123,6 @@ def test_bench_scale_is_fast():
     import time
     t = make_topology("geo", 100, random.Random(1))
     t0 = time.perf_counter()
-    s = plan(t, PlanConfig(), 1)
+    s = plan(t, PlanConfig(planner=PlannerConfig(partitions=1)), 1)
     assert time.perf_counter() - t0 < 20
     assert validate(s, t) == []
