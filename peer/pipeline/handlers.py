@@ -79,6 +79,9 @@ class WorkHandlers:
         task = pv.task_for_request(route, w.me, phase, header.hop_index)
         if task is None:
             raise Rejected(ErrorCode.WRONG_STAGE, f"hop {header.hop_index} of microbatch {header.microbatch_id} is not ours")
+        if remote != pv.expected_sender(route, task):
+            raise Rejected(ErrorCode.NOT_MEMBER, f"{remote[:12]} is not the previous hop of microbatch "
+                                                 f"{header.microbatch_id}; refusing its tensor")
         if w.runner is None:
             raise Rejected(ErrorCode.OVERLOADED, "stage not loaded yet; retry")
         shape = (self.worker.spec.microbatch_samples, self.worker.spec.seq_len, w.runner.config.dim)

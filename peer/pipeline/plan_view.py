@@ -119,3 +119,17 @@ def data_shard(schedule: Schedule, me: str) -> tuple[int, int]:
     """(shard index, number of shards): stage-0 peers split the training data between them."""
     origins = replicas(schedule, 0)
     return origins.index(me), len(origins)
+
+
+def expected_sender(route: Route, task: TaskKey) -> str:
+    """The only peer allowed to hand us `task`'s input: the neighbouring hop on the route."""
+    n = len(route.hops)
+    if task.kind == Kind.FORWARD:
+        return route.hops[task.hop_index - 1].peer
+    if task.kind == Kind.HEAD:
+        return route.hops[n - 1].peer
+    if task.kind == Kind.BACKWARD:
+        return route.hops[task.hop_index + 1].peer if task.hop_index + 1 < n else route.origin
+    if task.kind == Kind.ORIGIN_BACKWARD:
+        return route.hops[1].peer if n > 1 else route.origin
+    return route.origin  # ORIGIN_FORWARD is never received

@@ -1,0 +1,109 @@
+"""A peer answers bad requests with specific errors and keeps its state clean (issue 4/7)."""
+import asyncio
+
+import pytest
+import torch
+
+from protocol import codec
+from protocol import messages as m
+from protocol.errors import ErrorCode
+
+from peer.compute import tensor_codec
+from peer.compute.runner import StageRunner
+from peer.pipeline.handlers import WorkHandlers
+from peer.pipeline.schedule_book import ScheduleBook
+from peer.pipeline.worker import PipelineWorker, WorkerSettings
+from peer.transport.memory import MemoryNetwork
+from peer.transport.rpc import RemoteError, RpcClient, RpcServer
+from tests.integration.memory_swarm import make_schedule
+
+SPEC = m.RunSpec(run="t", model="tiny", num_stages=2, skip_ratio=0.0, microbatch_samples=2, seq_len=8)
+SCHEDULE = make_schedule("t", {"p0": 0, "p1": 1}, {0: ["p0", "p1"]}, epoch=3)
+
+
+@pytest.fixture
+def setup():
+    network = MemoryNetwork()
+    book = ScheduleBook()
+    book.add(SCHEDULE)
+    worker = PipelineWorker("p1", SPEC, RpcClient(network.transport("p1")), book,
+                            make_runner=lambda s: StageRunner.from_spec(SPEC, s), batch=None,
+                            settings=WorkerSettings())
+    worker.runner, worker.stage = StageRunner.from_spec(SPEC, 1), 1
+    server = RpcServer()
+
+    async def no_refresh():
+        return None
+    WorkHandlers(worker, no_refresh).register(server)
+    asyncio.run(network.transport("p1").serve(server.handle))
+    return network, worker
+
+
+def activation(shape=(2, 8, 64), fill=None):
+    t = torch.randn(shape)
+    if fill is not None:
+        t[0, 0, 0] = fill
+    return tensor_codec.encode(t)
+
+
+def call(network, sender, message):
+    return asyncio.run(RpcClient(network.transport(sender)).call("p1", message, 5.0))
+
+
+def header(**kw):
+    base = dict(run="t", epoch=3, iteration=0, microbatch_id=0, hop_index=1)
+    return m.WorkHeader(**{**base, **kw})
+
+
+def expect_error(network, message, code, sender="p0"):
+    with pytest.raises(RemoteError) as info:
+        call(network, sender, message)
+    assert info.value.code == code, info.value
+    return info.value
+
+
+def test_valid_forward_is_queued(setup):
+    network, worker = setup
+    reply = call(network, "p0", m.ForwardRequest(header(), activation()))
+    assert isinstance(reply, m.ForwardReply) and len(worker.inbox) == 1
+
+
+@pytest.mark.parametrize("message,code", [
+    (m.ForwardRequest(header(), activation((2, 8, 32))), ErrorCode.BAD_TENSOR),
+    (m.ForwardRequest(header(), tensor_codec.encode(torch.zeros(2, 8, 64, dtype=torch.int64))), ErrorCode.BAD_TENSOR),
+    (m.ForwardRequest(header(), activation(fill=float("nan"))), ErrorCode.NON_FINITE),
+    (m.ForwardRequest(header(), activation(fill=float("inf"))), ErrorCode.NON_FINITE),
+    (m.ForwardRequest(header(run="other"), activation()), ErrorCode.UNKNOWN_RUN),
+    (m.ForwardRequest(header(epoch=2), activation()), ErrorCode.STALE_SCHEDULE),
+    (m.ForwardRequest(header(iteration=9), activation()), ErrorCode.OVERLOADED),
+    (m.ForwardRequest(header(microbatch_id=5), activation()), ErrorCode.UNKNOWN_MICROBATCH),
+    (m.ForwardRequest(header(hop_index=0), activation()), ErrorCode.WRONG_STAGE),
+])
+def test_bad_requests_get_specific_errors_and_leave_no_trace(setup, message, code):
+    network, worker = setup
+    expect_error(network, message, code)
+    assert len(worker.inbox) == 0 and worker.runner.stashed == 0
+
+
+def test_a_stranger_cannot_inject_activations(setup):
+    network, worker = setup
+    expect_error(network, m.ForwardRequest(header(), activation()), ErrorCode.NOT_MEMBER, sender="mallory")
+    assert len(worker.inbox) == 0
+
+
+def test_malformed_frames_get_error_replies(setup):
+    network, _ = setup
+    transport = network.transport("p0")
+    garbage = asyncio.run(transport.request("p1", [b"\xc1garbage"], 5.0))
+    assert codec.decode(garbage).code == ErrorCode.MALFORMED
+    import msgpack
+    future = msgpack.packb({"v": [9, 0], "t": 10, "b": {}})
+    reply = codec.decode(asyncio.run(transport.request("p1", [future], 5.0)))
+    assert reply.code == ErrorCode.VERSION_MISMATCH and "v9.0" in reply.message
+
+
+def test_worker_still_serves_after_bad_input(setup):
+    network, worker = setup
+    for _ in range(20):
+        expect_error(network, m.ForwardRequest(header(), activation(fill=float("nan"))), ErrorCode.NON_FINITE)
+    assert isinstance(call(network, "p0", m.ForwardRequest(header(), activation())), m.ForwardReply)
