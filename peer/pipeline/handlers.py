@@ -11,7 +11,10 @@ from protocol import messages as m
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.schedule import Phase
 
+import torch
+
 from peer.compute import tensor_codec
+from peer.compute.model import get_config
 from peer.compute.errors import BadTensor
 from peer.pipeline import plan_view as pv
 from peer.pipeline.inbox import InboxFull
@@ -33,6 +36,7 @@ class WorkHandlers:
         self.worker = worker
         self.refresh_schedule = refresh_schedule
         self.bad_senders: dict[str, int] = {}
+        self.hidden_dim = get_config(worker.spec.model).dim  # known before our stage is loaded
 
     def register(self, server) -> None:
         server.register(m.ForwardRequest, self.forward)
@@ -82,12 +86,10 @@ class WorkHandlers:
         if remote != pv.expected_sender(route, task):
             raise Rejected(ErrorCode.NOT_MEMBER, f"{remote[:12]} is not the previous hop of microbatch "
                                                  f"{header.microbatch_id}; refusing its tensor")
-        if w.runner is None:
-            raise Rejected(ErrorCode.OVERLOADED, "stage not loaded yet; retry")
-        shape = (self.worker.spec.microbatch_samples, self.worker.spec.seq_len, w.runner.config.dim)
+        shape = (w.spec.microbatch_samples, w.spec.seq_len, self.hidden_dim)
         try:
             tensor = tensor_codec.decode(payload, expect_shape=shape, expect_dtype=FLOAT_WIRE_DTYPES,
-                                         cast_to=w.runner.dtype, what=f"{phase.name.lower()} tensor")
+                                         cast_to=torch.float32, what=f"{phase.name.lower()} tensor")
             if not bool(tensor.isfinite().all()):
                 raise BadTensor(f"{phase.name.lower()} tensor", "contains NaN or Inf", non_finite=True)
         except BadTensor as exc:
@@ -102,8 +104,11 @@ class WorkHandlers:
     async def gradient_share(self, remote: str, share: m.GradientShare) -> m.GradientShareAck:
         w = self.worker
         schedule = await self._schedule_for(share.run, share.epoch, share.iteration)
-        if share.stage != w.stage or remote not in pv.replicas(schedule, share.stage):
-            raise Rejected(ErrorCode.WRONG_STAGE, f"{remote[:12]} is not a replica of our stage {w.stage}")
+        ours = schedule.stage_of().get(w.me)
+        if share.stage != ours or remote not in pv.replicas(schedule, share.stage):
+            raise Rejected(ErrorCode.WRONG_STAGE, f"{remote[:12]} is not a replica of our stage {ours}")
+        if w.runner is None or w.stage != ours:
+            raise Rejected(ErrorCode.OVERLOADED, "our stage is still loading; retry")
         n = w.runner.num_parameters()
         try:
             vector = tensor_codec.decode(share.tensor, expect_shape=(n,), expect_dtype="float32",

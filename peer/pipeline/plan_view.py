@@ -89,22 +89,37 @@ def destination(route: Route, task: TaskKey) -> Destination | None:
     return None  # ORIGIN_BACKWARD: the microbatch is complete
 
 
-def priorities(schedule: Schedule, me: str) -> dict[tuple[int, Phase], float]:
-    """Planned position of each (microbatch, phase) in this peer's processing order."""
+def priorities(schedule: Schedule, me: str) -> dict[tuple[int, str], float]:
+    """Planned position of each of this peer's tasks. Keys are (microbatch, "F"|"H"|"B").
+    Convention shared with the planner: at an origin, a microbatch's second FORWARD entry
+    is its head + loss (H)."""
     for order in schedule.order:
         if order.peer == me:
-            return {(e.microbatch_id, e.phase): float(i) for i, e in enumerate(order.tasks)}
+            planned: dict[tuple[int, str], float] = {}
+            for i, e in enumerate(order.tasks):
+                if e.phase == Phase.BACKWARD:
+                    planned[(e.microbatch_id, "B")] = float(i)
+                elif (e.microbatch_id, "F") in planned:
+                    planned[(e.microbatch_id, "H")] = float(i)
+                else:
+                    planned[(e.microbatch_id, "F")] = float(i)
+            return planned
     return {}
 
 
-def priority_of(task: TaskKey, planned: dict[tuple[int, Phase], float]) -> float:
-    """Lower runs first. HEAD runs just before the origin's planned backward of that microbatch;
-    tasks the order does not mention run after all planned ones, oldest microbatch first."""
-    phase = Phase.FORWARD if task.kind.is_forward else Phase.BACKWARD
-    base = planned.get((task.microbatch_id, phase))
+_SLOT = {Kind.ORIGIN_FORWARD: "F", Kind.FORWARD: "F", Kind.HEAD: "H", Kind.BACKWARD: "B",
+         Kind.ORIGIN_BACKWARD: "B"}
+
+
+def priority_of(task: TaskKey, planned: dict[tuple[int, str], float]) -> float:
+    """Lower runs first. A HEAD the order does not list runs just before that microbatch's
+    backward; tasks the order does not mention run after all planned ones, oldest first."""
+    base = planned.get((task.microbatch_id, _SLOT[task.kind]))
+    if base is None and task.kind == Kind.HEAD and (task.microbatch_id, "B") in planned:
+        base = planned[(task.microbatch_id, "B")] - 0.5
     if base is None:
         return 1e9 + task.microbatch_id * 10 + task.kind
-    return base - 0.5 if task.kind == Kind.HEAD else base
+    return base
 
 
 def replicas(schedule: Schedule, stage: int) -> list[str]:

@@ -39,8 +39,7 @@ class WorkerSettings:
     max_activations: int = 8
     rpc_timeout_s: float = 30.0
     iteration_timeout_s: float = 120.0
-    averaging_timeout_s: float = 30.0
-    send_attempts: int = 5
+    send_deadline_s: float = 30.0
 
 
 @dataclass
@@ -208,8 +207,12 @@ class PipelineWorker:
         await self.send_with_retries(dest.peer, request, f"microbatch {route.microbatch_id} {nxt.kind.name}")
 
     async def send_with_retries(self, peer: str, request, what: str) -> bool:
-        delay = 0.05
-        for attempt in range(self.settings.send_attempts):
+        """Deliver `request`, retrying back-pressure and transport errors (capped backoff)
+        until `send_deadline_s` has passed; returns False (and logs why) if it never got in."""
+        delay, attempts = 0.05, 0
+        deadline = time.monotonic() + self.settings.send_deadline_s
+        while True:
+            attempts += 1
             try:
                 await self.rpc.call(peer, request, self.settings.rpc_timeout_s)
                 return True
@@ -220,10 +223,11 @@ class PipelineWorker:
                 problem = str(exc)
             except TransportError as exc:
                 problem = str(exc)
+            if time.monotonic() + delay > deadline:
+                break
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 2.0)
-        logger.error("%s: giving up on %s after %d attempts (%s)", what, peer[:12],
-                     self.settings.send_attempts, problem)
+            delay = min(delay * 2, 1.0)
+        logger.error("%s: giving up on %s after %d attempts (%s)", what, peer[:12], attempts, problem)
         return False
 
     # ---- replica averaging ----
@@ -236,7 +240,8 @@ class PipelineWorker:
             share = m.GradientShare(self.spec.run, schedule.epoch, i, self.stage, mine.samples,
                                     tensor_codec.encode(mine.vector), mine.loss_sum)
             await asyncio.gather(*(self.send_with_retries(p, share, f"gradient share {i}") for p in others))
-            got = await self.shares.collect(i, self.stage, set(others), self.settings.averaging_timeout_s)
+            # replicas may legitimately still be working: wait as long as an iteration may take
+            got = await self.shares.collect(i, self.stage, set(others), self.settings.iteration_timeout_s)
             result = combine({**got, self.me: mine}, [self.me, *others])
             if result.missing:
                 logger.warning("iteration %d: no gradients from replica(s) %s; averaging without them",

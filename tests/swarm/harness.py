@@ -1,0 +1,53 @@
+"""An in-process coordinator plus peer subprocesses, for swarm tests on 127.0.0.1."""
+import asyncio
+import contextlib
+import dataclasses
+import time
+
+from coordinator.app import CoordinatorApp
+from coordinator.config import CoordinatorConfig
+from coordinator.local_swarm import start_peer, stop_processes
+
+LOOPBACK = ("/ip4/127.0.0.1/tcp/0",)
+
+
+@contextlib.asynccontextmanager
+async def coordinator(**overrides):
+    config = dataclasses.replace(CoordinatorConfig(run="t", host_maddrs=LOOPBACK, microbatch_samples=2,
+                                                   seq_len=32, microbatches_per_origin=2), **overrides)
+    app = CoordinatorApp(config)
+    task = asyncio.create_task(app.run())
+    await asyncio.wait_for(app.ready.wait(), 60)
+    try:
+        yield app
+    finally:
+        app.stop.set()
+        await asyncio.wait_for(task, 30)
+
+
+@contextlib.contextmanager
+def peers(app: CoordinatorApp, tmp_path, count: int, *extra: str, stages: list[int] | None = None):
+    procs = []
+    try:
+        for i in range(count):
+            args = ["--initial-peers", *app.maddrs, "--run", app.config.run, "--device", "cpu",
+                    "--host-maddrs", *LOOPBACK, "--cache-dir", str(tmp_path / "cache"), *extra]
+            if stages is not None:
+                args += ["--stage", str(stages[i])]
+            procs.append(start_peer(args, tmp_path / f"peer{i}.log"))
+        yield procs
+    finally:
+        stop_processes(procs)
+
+
+async def wait_for(predicate, timeout: float, what: str, interval: float = 0.25):
+    """Poll an async or plain predicate until it returns a truthy value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
+        await asyncio.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
