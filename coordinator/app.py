@@ -10,11 +10,12 @@ from typing import Awaitable, Callable
 
 from hivemind import DHT
 
+from protocol.membership import JoinKeyError, create_join_key, load_join_key
 from protocol.messages import RunSpec
 from protocol.schedule import Schedule
 
 from coordinator.config import CoordinatorConfig
-from coordinator.dht_io import CoordinatorRecords
+from coordinator.dht_io import CoordinatorRecords, record_validators
 from coordinator.planner import PlanConfig, PlanningError, plan
 from coordinator.progress import IterationSummary, ProgressTracker
 from coordinator.replanner import MembershipTracker, ReplanPolicy
@@ -31,6 +32,17 @@ def spec_from_config(config: CoordinatorConfig) -> RunSpec:
                    microbatches_per_origin=config.microbatches_per_origin,
                    learning_rate=config.learning_rate, warmup_steps=config.warmup_steps,
                    max_steps=config.max_steps)
+
+
+def load_or_create_join_key(path: str) -> bytes:
+    try:
+        create_join_key(path)
+        logger.info("created join key %s: give it (securely) to the peers you admit (--join-key)", path)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise JoinKeyError(f"cannot create join key file {path}: {exc.strerror}") from None
+    return load_join_key(path)
 
 
 class CoordinatorApp:
@@ -56,10 +68,12 @@ class CoordinatorApp:
 
     async def run(self) -> int:
         cfg = self.config
+        join_key = load_or_create_join_key(cfg.join_key_path) if cfg.join_key_path else None
         self.dht = DHT(start=True, initial_peers=list(cfg.initial_peers) or None,
-                       host_maddrs=list(cfg.host_maddrs), announce_maddrs=list(cfg.announce_maddrs) or None)
+                       host_maddrs=list(cfg.host_maddrs), announce_maddrs=list(cfg.announce_maddrs) or None,
+                       record_validators=record_validators(cfg.run))
         try:
-            self.records = CoordinatorRecords(self.dht, cfg.run)
+            self.records = CoordinatorRecords(self.dht, cfg.run, join_key)
             await self.records.put_spec(self.spec)
             previous = await self.records.get_schedule()
             if previous is not None and previous.run == cfg.run:
@@ -97,7 +111,9 @@ class CoordinatorApp:
             await self._replan(snapshot)
             self.membership.planned_now(now)
         self.progress.add(await self.records.get_progress())
-        for summary in self.progress.complete(self._origins_for):
+        online = snapshot.online
+        for summary in self.progress.complete(self._origins_for, lambda p: p not in online,
+                                              self._planned_microbatches):
             self.summaries.append(summary)
             if self.on_iteration is not None:
                 result = self.on_iteration(summary)
@@ -140,11 +156,19 @@ class CoordinatorApp:
         self.schedule = schedule
         self.schedules.append(schedule)
 
-    def _origins_for(self, iteration: int) -> set[str]:
+    def _schedule_for(self, iteration: int) -> Schedule | None:
         for schedule in reversed(self.schedules):
             if schedule.start_iteration <= iteration:
-                return {r.origin for r in schedule.routes}
-        return set()
+                return schedule
+        return None
+
+    def _origins_for(self, iteration: int) -> set[str]:
+        schedule = self._schedule_for(iteration)
+        return set() if schedule is None else {r.origin for r in schedule.routes}
+
+    def _planned_microbatches(self, iteration: int, origin: str) -> int:
+        schedule = self._schedule_for(iteration)
+        return 0 if schedule is None else sum(r.origin == origin for r in schedule.routes)
 
 
 def run_coordinator(config: CoordinatorConfig) -> int:
@@ -154,9 +178,14 @@ def run_coordinator(config: CoordinatorConfig) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, app.stop.set)
         return await app.run()
-    return asyncio.run(main())
+    try:
+        return asyncio.run(main())
+    except JoinKeyError as exc:
+        logger.error("%s", exc)
+        return 1
 
 
 def print_summary(s: IterationSummary) -> None:
     print(f"iteration {s.iteration}: loss {s.loss:.4f}, {s.tokens / max(s.duration_s, 1e-9):.0f} tokens/s, "
-          f"{s.duration_s:.2f}s, microbatches completed={s.completed} lost={s.lost}", flush=True)
+          f"{s.duration_s:.2f}s, microbatches completed={s.completed} rerouted={s.rerouted} "
+          f"skipped_stage={s.skipped_stage} reissued={s.reissued} lost={s.lost}", flush=True)

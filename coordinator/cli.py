@@ -50,6 +50,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--initial-peers", nargs="+", default=[], metavar="MADDR", help="join an existing DHT")
     p.add_argument("--min-peers", type=int, default=0, help="wait for this many peers before planning")
     p.add_argument("--status-port", type=int, default=0, help="reserved for the HTTP status page")
+    p.add_argument("--join-key", default="", metavar="FILE",
+                   help="admit only peers holding this secret file (created, mode 0600, if missing)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     p.set_defaults(func=run_command)
 
@@ -62,6 +64,7 @@ def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
         microbatches_per_origin=args.microbatches, learning_rate=args.lr, warmup_steps=args.warmup,
         host_maddrs=tuple(args.host_maddrs), announce_maddrs=tuple(args.announce_maddrs),
         initial_peers=tuple(args.initial_peers), min_peers=args.min_peers, status_port=args.status_port,
+        join_key_path=args.join_key,
     )
 
 

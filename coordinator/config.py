@@ -21,5 +21,6 @@ class CoordinatorConfig:
     initial_peers: tuple[str, ...] = ()
     min_peers: int = 0                      # wait for this many peers before the first plan
     poll_interval_s: float = 1.0
-    replan_hold_s: float = 2.0              # membership must be stable this long (hysteresis)
+    replan_hold_s: float = 1.0              # membership must be stable this long (hysteresis)
     status_port: int = 0                    # reserved for the status page
+    join_key_path: str = ""                 # require this join secret of peers ("" = open run); created if missing

@@ -1,5 +1,6 @@
 """Turning stage-0 peers' iteration reports into per-iteration swarm summaries."""
 from dataclasses import dataclass, field
+from typing import Callable
 
 from protocol.messages import IterationReport, ProgressRecord
 
@@ -25,7 +26,8 @@ class IterationSummary:
         return self.finished_at - self.started_at
 
 
-def summarize(iteration: int, reports: list[IterationReport]) -> IterationSummary:
+def summarize(iteration: int, reports: list[IterationReport], unreported_lost: int = 0) -> IterationSummary:
+    """`unreported_lost`: microbatches of origins that died before reporting (lost, and said so)."""
     samples = sum(r.samples for r in reports)
     return IterationSummary(
         iteration=iteration, epoch=max(r.epoch for r in reports),
@@ -34,7 +36,8 @@ def summarize(iteration: int, reports: list[IterationReport]) -> IterationSummar
         started_at=min(r.started_at for r in reports), finished_at=max(r.finished_at for r in reports),
         completed=sum(r.counts.completed for r in reports), rerouted=sum(r.counts.rerouted for r in reports),
         skipped_stage=sum(r.counts.skipped_stage for r in reports),
-        reissued=sum(r.counts.reissued for r in reports), lost=sum(r.counts.lost for r in reports),
+        reissued=sum(r.counts.reissued for r in reports),
+        lost=sum(r.counts.lost for r in reports) + unreported_lost,
         stages_visited=sum(r.stages_visited for r in reports))
 
 
@@ -52,18 +55,23 @@ class ProgressTracker:
                 if report.iteration >= self.next_iteration:
                     self.reports.setdefault(report.iteration, {})[peer] = report
 
-    def complete(self, origins_for: "callable") -> list[IterationSummary]:
+    def complete(self, origins_for: Callable[[int], set[str]],
+                 gone: Callable[[str], bool] = lambda peer: False,
+                 planned_for: Callable[[int, str], int] = lambda i, peer: 0) -> list[IterationSummary]:
         """Summaries of newly completed iterations, in order. `origins_for(i)` gives the set of
-        stage-0 peers expected to report iteration i."""
+        stage-0 peers expected to report iteration i; one that is `gone` (left the swarm)
+        without reporting counts its `planned_for(i, peer)` microbatches as lost."""
         done = []
         if not self.started and self.reports:
             self.next_iteration, self.started = min(self.reports), True
         while True:
             got = self.reports.get(self.next_iteration, {})
             expected = origins_for(self.next_iteration)
-            if not got or not expected or not expected <= set(got):
+            missing = expected - set(got)
+            if not got or not expected or not all(gone(p) for p in missing):
                 break
-            done.append(summarize(self.next_iteration, [got[p] for p in sorted(expected)]))
+            lost = sum(planned_for(self.next_iteration, p) for p in missing)
+            done.append(summarize(self.next_iteration, [got[p] for p in sorted(expected - missing)], lost))
             del self.reports[self.next_iteration]
             self.next_iteration += 1
         return done

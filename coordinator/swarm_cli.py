@@ -13,6 +13,7 @@ from pathlib import Path
 
 from protocol.cli_support import OneLineErrorParser, fail_usage, positive_int, skip_ratio
 
+from coordinator.chaos_spec import ChaosSpecError, parse_chaos
 from coordinator.config import CoordinatorConfig
 from coordinator.local_swarm import start_peer, stop_processes
 from coordinator.progress import IterationSummary
@@ -47,6 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--logs-dir", type=Path, help="keep peer logs here (default: a temporary folder)")
     p.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds (default: 900)")
     p.add_argument("--status-port", type=int, default=0, help="reserved for the status page (a later release)")
+    p.add_argument("--join-key", type=Path, metavar="FILE",
+                   help="require this join secret (created if missing) and give it to every peer")
+    p.add_argument("--chaos", default="", metavar="SPEC",
+                   help="inject faults to watch recovery, e.g. kill:1@iter3,stall:2@iter5 (peer index, "
+                        "iteration; kill:P@iterN:backward kills mid-backward). Peers then get stages "
+                        "round-robin (peer P hosts stage P mod --stages) so you know whom you hit")
     p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return p
 
@@ -60,10 +67,15 @@ class ProgressPrinter:
         filled = min(width, int(width * (s.iteration + 1) / self.steps))
         bar = "#" * filled + "-" * (width - filled)
         # share of (microbatch, stage) pairs a full pipeline would have visited but we skipped
-        skipped = 1 - s.stages_visited / (s.completed * self.stages) if s.completed else 0.0
+        ended = s.completed + s.rerouted + s.skipped_stage + s.reissued
+        skipped = 1 - s.stages_visited / (ended * self.stages) if ended else 0.0
         line = (f"[{bar}] iter {s.iteration + 1}/{self.steps} loss {s.loss:.3f} "
                 f"{s.tokens / max(s.duration_s, 1e-9):7.0f} tok/s {s.duration_s:5.2f}s/iter "
                 f"stages skipped {100 * skipped:4.1f}% lost {s.lost}")
+        recovered = [f"{name} {n}" for name, n in (("rerouted", s.rerouted), ("skipped-stage", s.skipped_stage),
+                                                   ("reissued", s.reissued)) if n]
+        if recovered:
+            line += " | recovered: " + ", ".join(recovered)
         print(line, flush=True)
 
 
@@ -92,7 +104,8 @@ async def run_swarm(args) -> int:
         run=args.run, model=args.model, num_stages=args.stages, skip_ratio=args.skip, strategy=args.strategy,
         seed=args.seed, max_steps=args.steps, microbatch_samples=args.microbatch_samples, seq_len=args.seq_len,
         microbatches_per_origin=args.microbatches, learning_rate=args.lr,
-        host_maddrs=("/ip4/127.0.0.1/tcp/0",), min_peers=args.peers)
+        host_maddrs=("/ip4/127.0.0.1/tcp/0",), min_peers=args.peers,
+        join_key_path=str(args.join_key) if args.join_key else "")
     printer = ProgressPrinter(args.steps, args.stages)
     app = CoordinatorApp(config, on_iteration=printer)
     loop = asyncio.get_running_loop()
@@ -112,6 +125,12 @@ async def run_swarm(args) -> int:
                          "--public-name", f"local-{i}"]
             if args.checkpoint_dir:
                 peer_args += ["--checkpoint-dir", str(args.checkpoint_dir)]
+            if args.join_key:
+                peer_args += ["--join-key", str(args.join_key)]
+            if args.chaos:
+                peer_args += ["--stage", str(i % args.stages)]
+                if i in args.faults:
+                    peer_args += ["--fault", args.faults[i]]
             peers.append(start_peer(peer_args, logs / f"peer{i}.log"))
         await asyncio.wait_for(asyncio.shield(coordinator), timeout=args.timeout)
     except TimeoutError:
@@ -136,6 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.stages > args.peers:
         return fail_usage("skippipe-swarm", f"--stages {args.stages} needs at least as many --peers (got {args.peers})")
+    try:
+        args.faults = parse_chaos(args.chaos, args.peers)
+    except ChaosSpecError as exc:
+        return fail_usage("skippipe-swarm", str(exc))
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return asyncio.run(run_swarm(args))
 

@@ -12,12 +12,13 @@ from protocol.errors import ProtocolError
 from protocol.messages import IterationReport, MicrobatchCounts, ProgressRecord, RunSpec
 
 from peer.config import PeerConfig
+from peer.security.guard import PeerGuard
 from peer.discovery.announcer import Announcer
-from peer.discovery.dht_records import PeerRecords
 from peer.discovery.link_prober import measure_link
 from peer.pipeline.checkpoint import CheckpointStore
 from peer.pipeline.handlers import WorkHandlers
 from peer.pipeline.schedule_book import ScheduleBook, StaleSchedule
+from peer.chaos import make_hook, parse_faults
 from peer.pipeline.worker import IterationOutcome, PipelineWorker, WorkerSettings
 from peer.status import status_line
 from peer.transport.hivemind_p2p import HivemindTransport
@@ -33,11 +34,13 @@ class StartupError(Exception):
     """Something the user must fix (printed as one line, exit 1)."""
 
 
-def start_dht(config: PeerConfig) -> DHT:
+def start_dht(config: PeerConfig, guard: PeerGuard) -> DHT:
     try:
         return DHT(start=True, initial_peers=list(config.initial_peers), host_maddrs=list(config.host_maddrs),
-                   announce_maddrs=list(config.announce_maddrs) or None)
+                   announce_maddrs=list(config.announce_maddrs) or None, **guard.dht_kwargs())
     except Exception as exc:
+        if guard.is_duplicate(exc):
+            raise StartupError(guard.duplicate_message()) from None
         raise StartupError(f"could not join the swarm through {', '.join(config.initial_peers)}: {exc}. "
                            f"Is the coordinator running, and is that address reachable from here?") from None
 
@@ -50,25 +53,33 @@ class PeerApp:
         self.reports: collections.deque[IterationReport] = collections.deque(maxlen=REPORTS_KEPT)
 
     async def run(self) -> int:
-        dht = start_dht(self.config)  # before torch touches CUDA: the DHT forks
         try:
-            return await self._run_with(dht)
+            self.guard = PeerGuard(self.config)
+        except ValueError as exc:  # identity or join key unusable: the message says what to do
+            raise StartupError(str(exc)) from None
+        try:
+            dht = start_dht(self.config, self.guard)  # before torch touches CUDA: the DHT forks
+            try:
+                return await self._run_with(dht)
+            finally:
+                dht.shutdown()
         finally:
-            dht.shutdown()
+            self.guard.close()
 
     async def _run_with(self, dht: DHT) -> int:
         cfg = self.config
         p2p = await dht.replicate_p2p()
         transport = HivemindTransport(p2p)
         me = transport.peer_id
-        self.records = PeerRecords(dht, cfg.run, me)
+        self.records = self.guard.records(dht, me)
         spec = await self._wait_for_spec()
         logger.info("joined run %r (model %s, %d stages, skip %.2f) as %s", spec.run, spec.model,
                     spec.num_stages, spec.skip_ratio, me)
         from peer.runtime import RuntimeFactory  # torch and the model: after the DHT exists
         runtime = await asyncio.to_thread(RuntimeFactory, spec, cfg)
         maddrs = tuple(str(a) for a in dht.get_visible_maddrs())
-        self.announcer = Announcer(self.records, runtime.advert(me, maddrs), cfg.announce_period_s)
+        self.announcer = Announcer(self.records, self.guard.sign_advert(runtime.advert(me, maddrs)),
+                                   cfg.announce_period_s)
         self.book = ScheduleBook()
         self.rpc = RpcClient(transport)
         checkpoints = CheckpointStore(cfg.checkpoint_dir, spec.run) if cfg.checkpoint_dir else None
@@ -77,7 +88,11 @@ class PeerApp:
             WorkerSettings(max_activations=cfg.max_activations, rpc_timeout_s=cfg.rpc_timeout_s,
                            iteration_timeout_s=cfg.iteration_timeout_s),
             on_iteration=self._on_iteration, checkpoints=checkpoints)
-        server = RpcServer()
+        if cfg.fault:
+            logger.warning("FAULT INJECTION ON: %s", cfg.fault)
+            self.worker.fault_hook = make_hook(parse_faults(cfg.fault),
+                                               lambda f: setattr(self.worker, "slowdown", f))
+        server = self.guard.rpc_server(self.records, RpcServer)
         WorkHandlers(self.worker, self.refresh_schedule).register(server)
         await transport.serve(server.handle)
         self.announcer.update(state=PeerState.ONLINE)
@@ -91,7 +106,9 @@ class PeerApp:
 
     async def _serve_until_stopped(self) -> None:
         background = [asyncio.create_task(c) for c in (
-            self.announcer.run(), self._watch_schedule(), self._probe_links(), self._print_status())]
+            self.announcer.run(), self._watch_schedule(), self._probe_links(), self._print_status(),
+            self._watch_departures(),
+            self.guard.run(self.config.announce_period_s))]
         work = asyncio.create_task(self.worker.run())
         stopper = asyncio.create_task(self.stop.wait())
         try:
@@ -139,6 +156,25 @@ class PeerApp:
             await self.refresh_schedule()
             await asyncio.sleep(1.0)
 
+    async def _watch_departures(self, period_s: float = 1.0) -> None:
+        """Peers of our schedule that announced OFFLINE or whose advert expired are departed:
+        the worker recovers the work it handed them without waiting for heartbeats to fail."""
+        while True:
+            await asyncio.sleep(period_s)
+            schedule = self.worker.current
+            if schedule is None:
+                continue
+            try:
+                adverts = await self.records.get_adverts()
+            except Exception as exc:
+                logger.debug("listing peers failed: %s", exc)
+                continue
+            gone = {p for p in schedule.stage_of()
+                    if p not in adverts or adverts[p].state == PeerState.OFFLINE}
+            if gone != self.worker.health.departed:
+                logger.info("departed peers: %s", sorted(p[:12] for p in gone))
+            self.worker.health.set_departed(gone)
+
     async def _probe_links(self, period_s: float = 30.0) -> None:
         me = self.announcer.advert.peer_id
         while True:
@@ -173,7 +209,7 @@ class PeerApp:
             peer_id=self.announcer.advert.peer_id, epoch=outcome.epoch, iteration=outcome.iteration,
             loss_sum=outcome.loss_sum, samples=outcome.samples, tokens=outcome.samples * spec.seq_len,
             started_at=outcome.started_at, finished_at=outcome.finished_at,
-            counts=MicrobatchCounts(completed=outcome.completed, lost=outcome.lost),
+            counts=MicrobatchCounts(**outcome.counts),
             stages_visited=outcome.stages_visited)
         self.reports.append(report)
         try:

@@ -7,6 +7,7 @@ from pathlib import Path
 from protocol.cli_support import EXIT_USAGE, OneLineErrorParser, positive_int
 from protocol.ids import check_run_name
 
+from peer.chaos import FaultSpecError, parse_faults
 from peer.config import STAGE_AUTO, PeerConfig
 
 DESCRIPTION = """\
@@ -65,15 +66,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-dir", type=Path, help="save this stage's state here each iteration and resume from it")
     p.add_argument("--max-activations", type=positive_int, default=8, metavar="N",
                    help="microbatch activations held for backward at once (default: 8)")
-    p.add_argument("--announce-period", type=float, default=5.0, metavar="S",
-                   help="seconds between adverts; they expire after twice this (default: 5)")
+    p.add_argument("--announce-period", type=float, default=1.5, metavar="S",
+                   help="seconds between adverts; they expire after twice this (default: 1.5)")
     p.add_argument("--status-interval", type=float, default=10.0, metavar="S",
                    help="seconds between one-line status prints (default: 10)")
     p.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads (default: 1)")
     p.add_argument("--public-name", default="", help="a name shown to other people in the swarm")
     p.add_argument("--no-benchmark", action="store_true", help="skip the start-up layer benchmark")
+    p.add_argument("--identity", type=Path, metavar="FILE",
+                   help="keep this peer's key (its peer id) in FILE, created with mode 0600 if missing "
+                        "(default: a new identity each start)")
+    p.add_argument("--join-key", type=Path, metavar="FILE", help="the run's join secret, if it requires one")
+    p.add_argument("--max-requests-per-s", type=float, default=100.0, metavar="R",
+                   help="requests per second accepted from one peer before answering OVERLOADED (default: 100)")
+    p.add_argument("--fault", type=fault_spec, default="", metavar="SPEC",
+                   help="testing only: inject faults, e.g. kill@3:backward or stall@5:10 (see peer/chaos.py)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return p
+
+
+def fault_spec(text: str) -> str:
+    try:
+        parse_faults(text)
+    except FaultSpecError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def config_from_args(args: argparse.Namespace) -> PeerConfig:
@@ -85,6 +102,8 @@ def config_from_args(args: argparse.Namespace) -> PeerConfig:
         announce_period_s=args.announce_period, max_activations=args.max_activations,
         status_interval_s=args.status_interval, torch_threads=args.threads,
         public_name=args.public_name, benchmark=not args.no_benchmark,
+        identity_path=args.identity, join_key_path=args.join_key, max_requests_per_s=args.max_requests_per_s,
+        fault=args.fault,
     )
 
 

@@ -16,7 +16,7 @@ class PeerConfig:
     data: Path | None = None                  # None: the embedded corpus
     cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "skippipe")
     checkpoint_dir: Path | None = None
-    announce_period_s: float = 5.0            # adverts expire after 2 x this
+    announce_period_s: float = 1.5            # adverts expire after 2 x this: death seen in ~3 s
     max_activations: int = 8                  # microbatches held for backward at once
     activation_ttl_s: float = 120.0
     rpc_timeout_s: float = 30.0
@@ -25,3 +25,8 @@ class PeerConfig:
     torch_threads: int = 1
     public_name: str = ""
     benchmark: bool = True                    # measure one layer at start (cached)
+    identity_path: Path | None = None         # persistent key file (peer id); None: a fresh one per start
+    join_key_path: Path | None = None         # the run's join secret, when it requires one
+    max_requests_per_s: float = 100.0         # per remote peer (token bucket; burst = 2 s worth)
+    fault: str = ""                           # chaos testing: see peer/chaos.py
+    max_request_mb: int = 256                 # largest streamed tensor, and all half-received streams together

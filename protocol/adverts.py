@@ -35,6 +35,7 @@ class PeerAdvert:
     num_layers: int = 0
     activation_bytes_per_sample: int = 0
     param_bytes_per_layer: int = 0
+    member_proof: bytes = b""         # HMAC(join key, run, peer_id) when the run needs a join key
 
     def __post_init__(self):
         if self.memory_free_bytes < 0:

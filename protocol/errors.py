@@ -29,6 +29,7 @@ class ErrorCode(IntEnum):
     NON_FINITE = 12
     UNKNOWN_MICROBATCH = 13
     SHUTTING_DOWN = 14
+    DUPLICATE = 15                  # already have this (a retried send that got through)
 
 
 class ProtocolError(Exception):

@@ -3,6 +3,7 @@ from dataclasses import dataclass
 
 from protocol.errors import ErrorCode, FieldError
 from protocol.ids import check_run_name
+from protocol.schedule import Route
 from protocol.tensors import TensorChunk, TensorPayload
 
 
@@ -46,12 +47,18 @@ class WorkHeader:
     iteration: int
     microbatch_id: int
     hop_index: int                   # index into the route's hops; len(hops) = back at origin
+    # Recovery (v1.1): a microbatch re-sent after a failure carries a higher attempt and the
+    # route it actually takes (a replica swapped in, a stage skipped, or a fresh route).
+    attempt: int = 0
+    route: Route | None = None       # None: the schedule's planned route
 
     def __post_init__(self):
         check_run_name(self.run)
-        for name in ("epoch", "iteration", "microbatch_id", "hop_index"):
+        for name in ("epoch", "iteration", "microbatch_id", "hop_index", "attempt"):
             if getattr(self, name) < 0:
                 raise FieldError(name, "must be >= 0")
+        if self.route is not None and self.route.microbatch_id != self.microbatch_id:
+            raise FieldError("route", "belongs to another microbatch")
 
 
 @dataclass(frozen=True)
@@ -135,6 +142,34 @@ class MicrobatchCounts:
     skipped_stage: int = 0
     reissued: int = 0
     lost: int = 0
+
+
+@dataclass(frozen=True)
+class IterationDone:
+    """Sent by a stage-0 peer to every peer of the schedule once all its microbatches of
+    `iteration` have ended (completed, recovered or lost): no more work of it will come."""
+
+    run: str
+    epoch: int
+    iteration: int
+    counts: MicrobatchCounts = MicrobatchCounts()
+
+
+@dataclass(frozen=True)
+class MicrobatchFailed:
+    """Sent to a microbatch's origin by a hop that could neither reroute nor skip: please
+    re-issue it on a fresh route (or count it lost)."""
+
+    header: WorkHeader
+    dead_peer: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Ack:
+    """Reply to IterationDone and MicrobatchFailed."""
+
+    iteration: int
 
 
 @dataclass(frozen=True)

@@ -2,27 +2,33 @@
 
 The DHT is shared with strangers: one malformed or forged record must not hide the others.
 """
-from typing import Any
+from typing import Any, Callable
 
 from protocol import codec
 from protocol.errors import ProtocolError
 
 
-def decode_subkey_records(records: Any, expected: type) -> tuple[dict[str, Any], list[str]]:
-    """`records`: {subkey: bytes} (values already unwrapped). Returns (decoded, problems)."""
+def decode_subkey_records(records: Any, expected: type,
+                          owner_of: Callable[[Any], str] | None = None) -> tuple[dict[str, Any], list[str]]:
+    """`records`: {subkey: bytes} (values already unwrapped). Returns ({peer id: message}, problems).
+
+    `owner_of(subkey)` gives the peer id that owns a subkey (raising ValueError if none); by
+    default the subkey is the peer id itself. A record whose `peer_id` is not its owner's is
+    forged and dropped."""
     decoded: dict[str, Any] = {}
     problems: list[str] = []
     if not isinstance(records, dict):
         return decoded, ["record is not a subkey dictionary"]
     for subkey, value in records.items():
         try:
+            owner = subkey if owner_of is None else owner_of(subkey)
             message = codec.decode(value, expected=expected)
-        except ProtocolError as exc:
-            problems.append(f"{str(subkey)[:16]}: {exc}")
+        except (ProtocolError, ValueError) as exc:
+            problems.append(f"{str(subkey)[:24]}: {exc}")
             continue
-        owner = getattr(message, "peer_id", None)
-        if owner is not None and owner != subkey:
-            problems.append(f"{str(subkey)[:16]}: record claims to be from {str(owner)[:16]}")
+        claimed = getattr(message, "peer_id", None)
+        if claimed is not None and claimed != owner:
+            problems.append(f"{str(owner)[:16]}: record claims to be from {str(claimed)[:16]}")
             continue
-        decoded[subkey] = message
+        decoded[owner if claimed is None else claimed] = message
     return decoded, problems

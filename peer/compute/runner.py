@@ -220,8 +220,8 @@ class StageRunner:
                 out = self.module(self.module.embed_tokens(tok))
             return self._store(key, tok, out)
 
-    def head_loss(self, key: Key, hidden: torch.Tensor,
-                  targets: torch.Tensor) -> tuple[float, torch.Tensor]:
+    def head_loss(self, key: Key, hidden: torch.Tensor, targets: torch.Tensor,
+                  replace: bool = False) -> tuple[float, torch.Tensor]:
         """Stage 0: final norm + head + loss on the returning hidden state.
 
         Returns (mean token loss, gradient w.r.t. `hidden`) where the gradient is that of
@@ -231,7 +231,7 @@ class StageRunner:
             self._require_origin("head_loss")
             key = self._check_key(key)
             entry = self._entry(key)
-            if entry.head_grads is not None:
+            if entry.head_grads is not None and not replace:  # replace: a replayed attempt
                 raise OutOfOrder(f"head_loss for {key} was already computed")
             shape = tuple(entry.output.shape)
             h = self._check_float(f"returning activation for {key}", hidden, shape)
@@ -247,17 +247,27 @@ class StageRunner:
 
     # ---- backward ----
 
-    def backward(self, key: Key, grad_output: torch.Tensor) -> torch.Tensor:
-        """Non-origin stage: backpropagate; accumulates parameter grads; returns grad_input."""
+    def backward(self, key: Key, grad_output: torch.Tensor, accumulate: bool = True) -> torch.Tensor:
+        """Non-origin stage: backpropagate; accumulates parameter grads; returns grad_input.
+        accumulate=False only passes the gradient on (a replayed microbatch this stage
+        already counted: its parameters must not get that microbatch's gradient twice)."""
         with self._lock:
             self._require_origin("backward", origin=False)
             key = self._check_key(key)
             entry = self._entry(key)
             g = self._check_float(f"gradient for {key}", grad_output, tuple(entry.output.shape))
             del self._stash[key]
+            if not accumulate:
+                (grad_input,) = torch.autograd.grad(entry.output, [entry.input], g)
+                return grad_input.detach()
             entry.output.backward(g)
             self._count(entry)
             return entry.input.grad.detach()
+
+    def stashed_output(self, key: Key) -> torch.Tensor:
+        """The output a stashed microbatch produced, to send it again on another route."""
+        with self._lock:
+            return self._entry(self._check_key(key)).output.detach()
 
     def backward_origin(self, key: Key, grad: torch.Tensor) -> None:
         """Stage 0: add the held head grads and backpropagate into stage-0 layers + embedding."""

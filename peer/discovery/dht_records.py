@@ -11,7 +11,9 @@ from hivemind import DHT
 from protocol import codec, ids
 from protocol.adverts import LinkReport, PeerAdvert
 from protocol.errors import ProtocolError
+from protocol.membership import is_member
 from protocol.messages import ProgressRecord, RunSpec
+from protocol.owner import peer_id_of_subkey
 from protocol.records import decode_subkey_records
 from protocol.schedule import Schedule
 
@@ -20,10 +22,16 @@ DHT_TIMEOUT_S = 10.0
 
 
 class PeerRecords:
-    def __init__(self, dht: DHT, run: str, peer_id: str):
+    """`subkey`: our owned subkey `[owner:<our key>]` (records under it are signed by the DHT's
+    RSASignatureValidator); `join_key`: when set, adverts without a valid member proof are dropped."""
+
+    def __init__(self, dht: DHT, run: str, peer_id: str, subkey: bytes, join_key: bytes | None = None):
         self.dht = dht
         self.run = run
         self.peer_id = peer_id
+        self.subkey = subkey
+        self.join_key = join_key
+        self.bad_records = 0
 
     async def _get(self, key: str) -> Any:
         async with asyncio.timeout(DHT_TIMEOUT_S):
@@ -54,14 +62,17 @@ class PeerRecords:
     async def get_adverts(self) -> dict[str, PeerAdvert]:
         value = await self._get(ids.peers_key(self.run))
         records = {k: v.value for k, v in value.items()} if isinstance(value, dict) else {}
-        adverts, _ = decode_subkey_records(records, PeerAdvert)
+        adverts, problems = decode_subkey_records(records, PeerAdvert, owner_of=peer_id_of_subkey)
+        if self.join_key is not None:
+            adverts = {p: a for p, a in adverts.items() if is_member(self.join_key, self.run, p, a.member_proof)}
+        self.bad_records += len(problems)
         return adverts
 
     async def put_advert(self, advert: PeerAdvert, ttl_s: float) -> bool:
-        return await self._store(ids.peers_key(self.run), advert, ttl_s, subkey=self.peer_id)
+        return await self._store(ids.peers_key(self.run), advert, ttl_s, subkey=self.subkey)
 
     async def put_links(self, report: LinkReport, ttl_s: float) -> bool:
-        return await self._store(ids.links_key(self.run), report, ttl_s, subkey=self.peer_id)
+        return await self._store(ids.links_key(self.run), report, ttl_s, subkey=self.subkey)
 
     async def put_progress(self, report: ProgressRecord, ttl_s: float) -> bool:
-        return await self._store(ids.progress_key(self.run), report, ttl_s, subkey=self.peer_id)
+        return await self._store(ids.progress_key(self.run), report, ttl_s, subkey=self.subkey)

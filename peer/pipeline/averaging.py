@@ -7,6 +7,7 @@ A replica that does not answer in time is left out of this iteration, and logged
 import asyncio
 import logging
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -45,16 +46,28 @@ class ShareBox:
             box[sender] = Contribution(vector, share.samples, share.loss_sum)
             self._changed.notify_all()
 
-    async def collect(self, iteration: int, stage: int, senders: set[str],
-                      timeout: float) -> dict[str, Contribution]:
+    async def collect(self, iteration: int, stage: int, senders: set[str], timeout: float,
+                      gone: Callable[[str], bool] = lambda peer: False,
+                      recheck_s: float = 0.5) -> dict[str, Contribution]:
+        """Shares of `senders` for (iteration, stage), waiting until all arrived, `timeout`
+        passed, or the missing ones are `gone` (re-evaluated every `recheck_s`)."""
         key = (iteration, stage)
+        deadline = asyncio.get_running_loop().time() + timeout
+
+        def complete() -> bool:
+            have = set(self._shares.get(key, {}))
+            return all(p in have or gone(p) for p in senders)
+
         async with self._changed:
-            try:
-                async with asyncio.timeout(timeout):
-                    await self._changed.wait_for(
-                        lambda: senders <= set(self._shares.get(key, {})))
-            except TimeoutError:
-                pass
+            while not complete():
+                left = deadline - asyncio.get_running_loop().time()
+                if left <= 0:
+                    break
+                try:
+                    async with asyncio.timeout(min(left, recheck_s)):
+                        await self._changed.wait_for(complete)
+                except TimeoutError:
+                    pass
             got = self._shares.pop(key, {})
             for old in [k for k in self._shares if k[0] <= iteration]:
                 del self._shares[old]

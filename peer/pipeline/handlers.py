@@ -18,7 +18,8 @@ from peer.compute.model import get_config
 from peer.compute.errors import BadTensor
 from peer.pipeline import plan_view as pv
 from peer.pipeline.inbox import InboxFull
-from peer.pipeline.worker import PipelineWorker
+from peer.pipeline.worker import PipelineWorker, Work
+from peer.routing import fallback
 
 logger = logging.getLogger(__name__)
 ITERATIONS_AHEAD = 2          # how far ahead of our own iteration we buffer work
@@ -43,6 +44,8 @@ class WorkHandlers:
         server.register(m.BackwardRequest, self.backward)
         server.register(m.GradientShare, self.gradient_share)
         server.register(m.Ping, self.ping)
+        server.register(m.IterationDone, self.iteration_done)
+        server.register(m.MicrobatchFailed, self.microbatch_failed)
 
     async def forward(self, remote: str, request: m.ForwardRequest) -> m.ForwardReply:
         await self._accept(remote, request.header, request.tensor, Phase.FORWARD)
@@ -76,16 +79,63 @@ class WorkHandlers:
     async def _accept(self, remote: str, header: m.WorkHeader, payload, phase: Phase) -> None:
         w = self.worker
         schedule = await self._schedule_for(header.run, header.epoch, header.iteration)
-        try:
-            route = schedule.route(header.microbatch_id)
-        except KeyError:
-            raise Rejected(ErrorCode.UNKNOWN_MICROBATCH, f"no microbatch {header.microbatch_id} in epoch {header.epoch}") from None
+        mb = header.microbatch_id
+        route = self._route_of(schedule, header)
         task = pv.task_for_request(route, w.me, phase, header.hop_index)
         if task is None:
-            raise Rejected(ErrorCode.WRONG_STAGE, f"hop {header.hop_index} of microbatch {header.microbatch_id} is not ours")
-        if remote != pv.expected_sender(route, task):
-            raise Rejected(ErrorCode.NOT_MEMBER, f"{remote[:12]} is not the previous hop of microbatch "
-                                                 f"{header.microbatch_id}; refusing its tensor")
+            raise Rejected(ErrorCode.WRONG_STAGE, f"hop {header.hop_index} of microbatch {mb} is not ours")
+        st = w.state(header.iteration)
+        if phase == Phase.FORWARD:
+            if remote != pv.expected_sender(route, task):
+                raise Rejected(ErrorCode.NOT_MEMBER, f"{remote[:12]} is not the previous hop of microbatch "
+                                                     f"{mb}; refusing its tensor")
+            self._check_forward_attempt(st, task, header)
+        else:
+            why = st.expects_backward(mb, header.attempt, remote)
+            if why is not None:
+                raise Rejected(ErrorCode.UNKNOWN_MICROBATCH, why)
+        tensor = self._decode_activation(remote, payload, phase)
+        try:
+            await w.inbox.put(header.iteration, task, Work(tensor, route, header.attempt, remote))
+        except InboxFull as exc:
+            raise Rejected(ErrorCode.OVERLOADED, str(exc)) from None
+        if phase == Phase.FORWARD:
+            st.record_attempt(mb, task.kind, header.attempt)
+
+    def _route_of(self, schedule, header: m.WorkHeader):
+        """The route this microbatch takes: the planned one, or a recovered one we accept."""
+        try:
+            planned = schedule.route(header.microbatch_id)
+        except KeyError:
+            raise Rejected(ErrorCode.UNKNOWN_MICROBATCH,
+                           f"no microbatch {header.microbatch_id} in epoch {header.epoch}") from None
+        if header.route is None:
+            return planned
+        budget = fallback.budget_for(planned, schedule.num_stages, schedule.skip_ratio,
+                                     self.worker.settings.extra_skips)
+        why = fallback.check_route(header.route, planned, schedule.stage_of(), budget)
+        if why is not None:
+            raise Rejected(ErrorCode.WRONG_STAGE, f"recovered route of microbatch {header.microbatch_id} "
+                                                  f"refused: {why}")
+        return header.route
+
+    def _check_forward_attempt(self, st, task: pv.TaskKey, header: m.WorkHeader) -> None:
+        mb = header.microbatch_id
+        if task.kind == pv.Kind.HEAD:
+            entry, flight = st.own.get(mb), st.flights.get(mb)
+            if entry is None or entry.outcome is not None or flight is None:
+                raise Rejected(ErrorCode.UNKNOWN_MICROBATCH, f"microbatch {mb} is not in flight here")
+            if header.attempt < flight.attempt:
+                raise Rejected(ErrorCode.UNKNOWN_MICROBATCH, f"attempt {header.attempt} of microbatch "
+                                                             f"{mb} is superseded")
+        why = st.check_attempt(mb, task.kind, header.attempt)
+        if why == "duplicate":
+            raise Rejected(ErrorCode.DUPLICATE, f"already have attempt {header.attempt} of microbatch {mb}")
+        if why is not None:
+            raise Rejected(ErrorCode.UNKNOWN_MICROBATCH, f"attempt {header.attempt} of microbatch {mb} is {why}")
+
+    def _decode_activation(self, remote: str, payload, phase: Phase) -> torch.Tensor:
+        w = self.worker
         shape = (w.spec.microbatch_samples, w.spec.seq_len, self.hidden_dim)
         try:
             tensor = tensor_codec.decode(payload, expect_shape=shape, expect_dtype=FLOAT_WIRE_DTYPES,
@@ -96,10 +146,30 @@ class WorkHandlers:
             self.bad_senders[remote] = self.bad_senders.get(remote, 0) + 1
             logger.warning("rejected a %s from %s: %s", phase.name.lower(), remote[:12], exc)
             raise Rejected(exc.code, str(exc)) from None
-        try:
-            await w.inbox.put(header.iteration, task, tensor)
-        except InboxFull as exc:
-            raise Rejected(ErrorCode.OVERLOADED, str(exc)) from None
+        return tensor
+
+    async def iteration_done(self, remote: str, done: m.IterationDone) -> m.Ack:
+        w = self.worker
+        if done.iteration < w.iteration:
+            return m.Ack(done.iteration)  # we moved on already
+        schedule = await self._schedule_for(done.run, done.epoch, done.iteration)
+        if remote not in pv.replicas(schedule, 0):
+            raise Rejected(ErrorCode.NOT_MEMBER, f"{remote[:12]} is not a stage-0 peer of epoch {done.epoch}")
+        w.state(done.iteration).done_origins.add(remote)
+        await w.inbox.poke()
+        return m.Ack(done.iteration)
+
+    async def microbatch_failed(self, remote: str, report: m.MicrobatchFailed) -> m.Ack:
+        w, header = self.worker, report.header
+        schedule = await self._schedule_for(header.run, header.epoch, header.iteration)
+        route = self._route_of(schedule, header)
+        if route.origin != w.me:
+            raise Rejected(ErrorCode.WRONG_STAGE, f"we are not the origin of microbatch {header.microbatch_id}")
+        if remote not in {h.peer for h in route.hops}:
+            raise Rejected(ErrorCode.NOT_MEMBER, f"{remote[:12]} is not on microbatch "
+                                                 f"{header.microbatch_id}'s route")
+        w.spawn(w.recovery.on_failed_report(remote, report))
+        return m.Ack(header.iteration)
 
     async def gradient_share(self, remote: str, share: m.GradientShare) -> m.GradientShareAck:
         w = self.worker

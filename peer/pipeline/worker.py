@@ -2,9 +2,12 @@
 
 Per iteration i: (origin) enqueue the stage-0 forward of each own microbatch; then take ready
 tasks from the inbox, lowest planned position first (forwards only while the activation stash
-has room), compute them off the event loop, and send each result to the next hop. When every
-task of i is done (or the iteration times out, which is reported), replicas of the stage
-average their gradients, the optimizer steps, and the origin publishes an IterationReport.
+has room), compute them off the event loop, and send each result to the next hop of the route
+the microbatch actually takes. When a next hop fails, recovery (peer/pipeline/recovery.py)
+reroutes, skips or re-issues the microbatch. An origin's iteration ends when each of its
+microbatches has ended (completed, recovered or lost: never silently); it then tells every
+peer (IterationDone). Other peers end the iteration once every live origin is done. Then the
+replicas of each stage average their gradients, the optimizer steps, and the origin reports.
 """
 import asyncio
 import logging
@@ -17,7 +20,7 @@ import torch
 
 from protocol import messages as m
 from protocol.errors import ErrorCode
-from protocol.schedule import Phase, Schedule
+from protocol.schedule import Phase, Route, Schedule
 
 from peer.compute import tensor_codec
 from peer.compute.errors import ComputeError
@@ -25,8 +28,12 @@ from peer.compute.runner import StageRunner
 from peer.pipeline import plan_view as pv
 from peer.pipeline.averaging import ShareBox, combine, Contribution
 from peer.pipeline.checkpoint import CheckpointStore
+from peer.pipeline.flights import Flight, IterationState, OriginEntry
 from peer.pipeline.inbox import Inbox
+from peer.pipeline.recovery import Recovery
 from peer.pipeline.schedule_book import ScheduleBook
+from peer.routing.fallback import classify
+from peer.routing.health import Health
 from peer.transport.base import TransportError
 from peer.transport.rpc import RemoteError, RpcClient
 
@@ -40,6 +47,19 @@ class WorkerSettings:
     rpc_timeout_s: float = 30.0
     iteration_timeout_s: float = 120.0
     send_deadline_s: float = 30.0
+    heartbeat_s: float = 0.5          # how often we check on peers that owe us work
+    ping_timeout_s: float = 1.5
+    extra_skips: int = 1              # recovery skip budget (k > 0 only), see routing/fallback.py
+
+
+@dataclass
+class Work:
+    """An input waiting in the inbox: the tensor, the route and attempt it came with."""
+
+    tensor: torch.Tensor
+    route: Route
+    attempt: int
+    sender: str
 
 
 @dataclass
@@ -47,14 +67,21 @@ class IterationOutcome:
     iteration: int
     epoch: int
     stage: int
-    completed: int = 0
-    lost: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
     loss_sum: float = 0.0
     samples: int = 0
     stages_visited: int = 0
     started_at: float = field(default_factory=time.time)
     finished_at: float = 0.0
     timed_out: bool = False
+
+    @property
+    def completed(self) -> int:
+        return self.counts.get("completed", 0)
+
+    @property
+    def lost(self) -> int:
+        return self.counts.get("lost", 0)
 
 
 BatchFn = Callable[[int, int, int, int], tuple[torch.Tensor, torch.Tensor]]
@@ -65,27 +92,49 @@ class PipelineWorker:
     def __init__(self, me: str, spec: m.RunSpec, rpc: RpcClient, book: ScheduleBook,
                  make_runner: RunnerFactory, batch: BatchFn, settings: WorkerSettings,
                  on_iteration: Callable[[IterationOutcome], Awaitable[None]] | None = None,
-                 checkpoints: CheckpointStore | None = None, start_iteration: int = 0):
+                 checkpoints: CheckpointStore | None = None, start_iteration: int = 0,
+                 health: Health | None = None):
         self.me, self.spec, self.rpc, self.book = me, spec, rpc, book
         self.make_runner, self.batch, self.settings = make_runner, batch, settings
         self.on_iteration = on_iteration
         self.checkpoints = checkpoints
         self.iteration = start_iteration
+        self.health = health or Health()
         self.inbox = Inbox()
         self.shares = ShareBox()
         self.runner: StageRunner | None = None
         self.stage: int | None = None
         self.targets: dict[tuple[int, int], torch.Tensor] = {}
+        self.states: dict[int, IterationState] = {}
+        self.current: Schedule | None = None          # the schedule of the running iteration
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compute")
         self.history: list[IterationOutcome] = []
         self.finished = asyncio.Event()
+        self.recovery = Recovery(self)
+        self._background: set[asyncio.Task] = set()
+        self.fault_hook: Callable[[int, str], None] | None = None   # chaos testing only
+        self.slowdown = 1.0
 
     async def compute(self, fn: Callable, *args) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+        started = time.monotonic()
+        result = await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+        if self.slowdown > 1.0:  # an emulated slow device (chaos "stall"); the loop stays live
+            await asyncio.sleep((self.slowdown - 1.0) * (time.monotonic() - started))
+        return result
+
+    def state(self, i: int) -> IterationState:
+        return self.states.setdefault(i, IterationState(i))
+
+    def spawn(self, coro) -> asyncio.Task:
+        task = asyncio.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
 
     # ---- the loop ----
 
     async def run(self) -> None:
+        monitor = asyncio.create_task(self.recovery.monitor())
         try:
             while True:
                 schedule = await self._schedule_with_me()
@@ -99,6 +148,9 @@ class PipelineWorker:
                     await self.on_iteration(outcome)
                 self.iteration += 1
         finally:
+            monitor.cancel()
+            for task in list(self._background):
+                task.cancel()
             self.finished.set()
             self.executor.shutdown(wait=False, cancel_futures=True)
 
@@ -126,109 +178,198 @@ class PipelineWorker:
                     return await self._schedule_with_me()
         return schedule
 
+    def iteration_over(self, st: IterationState, schedule: Schedule) -> bool:
+        if self.runner.is_origin:
+            return not st.unresolved()
+        return all(o in st.done_origins or self.health.suspect(o) for o in pv.replicas(schedule, 0))
+
     async def run_iteration(self, i: int, schedule: Schedule) -> IterationOutcome:
+        self.current = schedule
+        if self.fault_hook is not None:
+            self.fault_hook(i, "START")
+        st = self.state(i)
         outcome = IterationOutcome(i, schedule.epoch, self.stage)
-        pending = pv.expected_tasks(schedule, self.me)
         planned = pv.priorities(schedule, self.me)
         if self.runner.is_origin:
-            await self._enqueue_origin_forwards(i, schedule)
-        sends: list[asyncio.Task] = []
+            await self._enqueue_origin_forwards(i, schedule, st)
         deadline = time.monotonic() + self.settings.iteration_timeout_s
 
         def allowed(task: pv.TaskKey) -> bool:
-            return task in pending and (not task.kind.is_forward
-                                        or self.runner.stashed < self.settings.max_activations)
+            return not task.kind.is_forward or self.runner.stashed < self.settings.max_activations
 
-        while pending:
-            got = await self.inbox.take(i, allowed, lambda t: pv.priority_of(t, planned),
-                                        deadline - time.monotonic())
-            if got is None:
+        while not self.iteration_over(st, schedule):
+            left = deadline - time.monotonic()
+            if left <= 0:
                 outcome.timed_out = True
-                logger.error("iteration %d timed out with %d task(s) not done: %s", i, len(pending),
-                             sorted((t.microbatch_id, t.kind.name) for t in pending)[:8])
+                self._give_up(i, st)
                 break
-            task, payload = got
-            pending.discard(task)
-            route = schedule.route(task.microbatch_id)
-            result = await self._run_task(i, route, task, payload, outcome)
-            if result is not None:
-                sends.append(asyncio.create_task(self._deliver(i, schedule, route, task, result)))
-        if sends:
-            await asyncio.gather(*sends)
+            got = await self.inbox.take(i, allowed, lambda t: pv.priority_of(t, planned), min(left, 0.25))
+            if got is not None:
+                await self._run_task(i, schedule, st, got[0], got[1], outcome)
         if self.runner.is_origin:
-            outcome.lost = len(pv.origin_routes(schedule, self.me)) - outcome.completed
+            await self._announce_done(i, schedule, st)
+        outcome.counts = st.counts()
         await self._average_and_step(i, schedule, outcome)
-        self.inbox.drop_before(i + 1)
+        self._end_iteration(i)
         outcome.finished_at = time.time()
         return outcome
 
-    async def _enqueue_origin_forwards(self, i: int, schedule: Schedule) -> None:
+    def _give_up(self, i: int, st: IterationState) -> None:
+        left = st.unresolved()
+        if self.runner.is_origin:
+            for mb in left:
+                st.own[mb].outcome = "lost"
+            logger.error("iteration %d timed out: microbatch(es) %s LOST (not counted in the gradient)", i, left)
+        else:
+            missing = sorted(set(pv.replicas(self.current, 0)) - st.done_origins)
+            logger.error("iteration %d timed out waiting for origin(s) %s", i, [p[:12] for p in missing])
+
+    def _end_iteration(self, i: int) -> None:
+        self.inbox.drop_before(i + 1)
+        for key in [k for k in self.targets if k[0] <= i]:
+            del self.targets[key]
+        for old in [k for k in self.states if k <= i]:
+            del self.states[old]
+
+    async def _enqueue_origin_forwards(self, i: int, schedule: Schedule, st: IterationState) -> None:
         shard, shards = pv.data_shard(schedule, self.me)
         for local, route in enumerate(pv.origin_routes(schedule, self.me)):
             tokens, targets = self.batch(i, local, shard, shards)
             self.targets[(i, route.microbatch_id)] = targets
-            await self.inbox.put(i, pv.TaskKey(route.microbatch_id, pv.Kind.ORIGIN_FORWARD, 0), tokens)
+            st.own[route.microbatch_id] = OriginEntry(route)
+            await self.inbox.put(i, pv.TaskKey(route.microbatch_id, pv.Kind.ORIGIN_FORWARD, 0),
+                                 Work(tokens, route, 0, self.me))
 
-    async def _run_task(self, i, route, task: pv.TaskKey, payload, outcome) -> torch.Tensor | None:
-        key = (i, task.microbatch_id)
-        r = self.runner
+    # ---- one task ----
+
+    async def _run_task(self, i: int, schedule: Schedule, st: IterationState, task: pv.TaskKey,
+                        work: Work, outcome: IterationOutcome) -> None:
+        key, mb, r = (i, task.microbatch_id), task.microbatch_id, self.runner
+        if self.fault_hook is not None:
+            self.fault_hook(i, task.kind.name)
+        if task.kind in (pv.Kind.BACKWARD, pv.Kind.ORIGIN_BACKWARD):
+            why = st.expects_backward(mb, work.attempt, work.sender)
+            if why is not None:
+                logger.debug("dropping a backward: %s", why)
+                return
         try:
             if task.kind == pv.Kind.ORIGIN_FORWARD:
-                return await self.compute(r.forward_origin, key, payload)
-            if task.kind == pv.Kind.FORWARD:
-                return await self.compute(r.forward, key, payload)
-            if task.kind == pv.Kind.HEAD:
-                loss, grad = await self.compute(r.head_loss, key, payload, self.targets.pop(key))
-                outcome.loss_sum += loss * self.spec.microbatch_samples
-                return grad
-            if task.kind == pv.Kind.BACKWARD:
-                return await self.compute(r.backward, key, payload)
-            await self.compute(r.backward_origin, key, payload)
-            outcome.completed += 1
-            outcome.samples += self.spec.microbatch_samples
-            outcome.stages_visited += len(route.hops)
-            return None
+                out = await self.compute(r.forward_origin, key, work.tensor)
+                self._fly(st, work.route, 0, 0)
+                self.spawn(self.send_output(i, schedule, work.route, task, out, 0))
+            elif task.kind == pv.Kind.FORWARD:
+                r.drop(key)  # an older attempt's activations, superseded by this one
+                out = await self.compute(r.forward, key, work.tensor)
+                self._fly(st, work.route, task.hop_index, work.attempt)
+                self.spawn(self.send_output(i, schedule, work.route, task, out, work.attempt))
+            elif task.kind == pv.Kind.HEAD:
+                await self._head(i, schedule, st, task, work)
+            elif task.kind == pv.Kind.BACKWARD:
+                flight = st.flights.pop(mb)
+                grad = await self.compute(r.backward, key, work.tensor, mb not in st.counted)
+                st.counted.add(mb)
+                self.spawn(self.send_output(i, schedule, flight.route, task, grad, flight.upstream_attempt))
+            else:
+                await self._origin_backward(i, st, mb, work, outcome)
         except ComputeError as exc:
-            logger.error("microbatch %d: %s failed: %s", task.microbatch_id, task.kind.name, exc)
+            logger.error("microbatch %d: %s failed: %s", mb, task.kind.name, exc)
             r.drop(key)
-            return None
+            st.flights.pop(mb, None)
+            await self.recovery.compute_failed(i, schedule, st, mb, work, str(exc))
 
-    async def _deliver(self, i, schedule: Schedule, route, task: pv.TaskKey, tensor: torch.Tensor) -> None:
+    def _fly(self, st: IterationState, route: Route, hop: int, attempt: int) -> None:
+        nxt = route.hops[hop + 1].peer if hop + 1 < len(route.hops) else route.origin
+        st.flights[route.microbatch_id] = Flight(route, hop, attempt, nxt, upstream_attempt=attempt)
+
+    async def _head(self, i: int, schedule: Schedule, st: IterationState, task: pv.TaskKey, work: Work) -> None:
+        mb = task.microbatch_id
+        entry = st.own[mb]
+        loss, grad = await self.compute(self.runner.head_loss, (i, mb), work.tensor,
+                                        self.targets[(i, mb)], entry.head_attempt >= 0)
+        entry.head_route, entry.head_attempt = work.route, work.attempt
+        entry.loss_sum = loss * self.spec.microbatch_samples
+        self.spawn(self.send_output(i, schedule, work.route, task, grad, work.attempt))
+
+    async def _origin_backward(self, i: int, st: IterationState, mb: int, work: Work,
+                               outcome: IterationOutcome) -> None:
+        st.flights.pop(mb)
+        entry = st.own[mb]
+        await self.compute(self.runner.backward_origin, (i, mb), work.tensor)
+        entry.outcome = classify(entry.planned, entry.head_route, entry.reissued)
+        outcome.loss_sum += entry.loss_sum
+        outcome.samples += self.spec.microbatch_samples
+        outcome.stages_visited += len(entry.head_route.hops)
+        if entry.outcome != "completed":
+            logger.info("iteration %d microbatch %d %s via %s", i, mb, entry.outcome,
+                        [(h.stage, h.peer[:8]) for h in entry.head_route.hops])
+
+    # ---- sending ----
+
+    async def send_output(self, i: int, schedule: Schedule, route: Route, task: pv.TaskKey,
+                          tensor: torch.Tensor, attempt: int) -> None:
+        """Send a task's result to the next hop of `route`; a forward that cannot be
+        delivered goes to recovery."""
         dest = pv.destination(route, task)
         if dest is None:
             return
-        header = m.WorkHeader(self.spec.run, schedule.epoch, i, route.microbatch_id, dest.hop_index)
+        mb = route.microbatch_id
         nxt = pv.task_for_request(route, dest.peer, dest.phase, dest.hop_index)
         if dest.peer == self.me:  # e.g. a route that visits stage 0 only
-            await self.inbox.put(i, nxt, tensor)
+            await self.inbox.put(i, nxt, Work(tensor, route, attempt, self.me))
             return
-        payload = tensor_codec.encode(tensor)
-        request = (m.ForwardRequest if dest.phase == Phase.FORWARD else m.BackwardRequest)(header, payload)
-        await self.send_with_retries(dest.peer, request, f"microbatch {route.microbatch_id} {nxt.kind.name}")
+        planned = schedule.route(mb)
+        header = m.WorkHeader(self.spec.run, schedule.epoch, i, mb, dest.hop_index, attempt,
+                              None if route == planned else route)
+        if self.health.suspect(dest.peer):
+            ok = False  # known dead: do not wait for it to fail again
+        else:
+            payload = tensor_codec.encode(tensor)
+            request = (m.ForwardRequest if dest.phase == Phase.FORWARD else m.BackwardRequest)(header, payload)
+            ok = await self.send_with_retries(dest.peer, request, f"microbatch {mb} {nxt.kind.name}")
+        if not ok and dest.phase == Phase.FORWARD and dest.hop_index < len(route.hops):
+            await self.recovery.next_hop_failed(i, mb, dest.peer)
 
-    async def send_with_retries(self, peer: str, request, what: str) -> bool:
+    async def send_with_retries(self, peer: str, request, what: str,
+                                deadline_s: float | None = None) -> bool:
         """Deliver `request`, retrying back-pressure and transport errors (capped backoff)
-        until `send_deadline_s` has passed; returns False (and logs why) if it never got in."""
+        until the deadline or until `peer` is suspect; False (logged) if it never got in."""
         delay, attempts = 0.05, 0
-        deadline = time.monotonic() + self.settings.send_deadline_s
+        deadline = time.monotonic() + (deadline_s or self.settings.send_deadline_s)
         while True:
             attempts += 1
             try:
                 await self.rpc.call(peer, request, self.settings.rpc_timeout_s)
+                self.health.record_success(peer)
                 return True
             except RemoteError as exc:
+                if exc.code == ErrorCode.DUPLICATE:
+                    return True  # an earlier try got through
                 if exc.code not in RETRYABLE:
-                    logger.error("%s rejected by %s: %s", what, peer[:12], exc)
+                    logger.warning("%s rejected by %s: %s", what, peer[:12], exc)
                     return False
                 problem = str(exc)
             except TransportError as exc:
                 problem = str(exc)
-            if time.monotonic() + delay > deadline:
+                self.health.record_failure(peer, self._replicas_of_peer(peer))
+            if self.health.suspect(peer) or time.monotonic() + delay > deadline:
                 break
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
-        logger.error("%s: giving up on %s after %d attempts (%s)", what, peer[:12], attempts, problem)
+        logger.warning("%s: giving up on %s after %d attempt(s) (%s)", what, peer[:12], attempts, problem)
         return False
+
+    def _replicas_of_peer(self, peer: str) -> list[str]:
+        schedule = self.current
+        if schedule is None or peer not in schedule.stage_of():
+            return []
+        return pv.replicas(schedule, schedule.stage_of()[peer])
+
+    async def _announce_done(self, i: int, schedule: Schedule, st: IterationState) -> None:
+        done = m.IterationDone(self.spec.run, schedule.epoch, i, m.MicrobatchCounts(**st.counts()))
+        others = [p for p in schedule.stage_of() if p != self.me and not self.health.suspect(p)]
+        for peer in others:  # in the background: we do not wait for slow or dead peers
+            self.spawn(self.send_with_retries(peer, done, f"iteration {i} done",
+                                              deadline_s=self.settings.heartbeat_s * 10))
 
     # ---- replica averaging ----
 
@@ -240,8 +381,10 @@ class PipelineWorker:
             share = m.GradientShare(self.spec.run, schedule.epoch, i, self.stage, mine.samples,
                                     tensor_codec.encode(mine.vector), mine.loss_sum)
             await asyncio.gather(*(self.send_with_retries(p, share, f"gradient share {i}") for p in others))
-            # replicas may legitimately still be working: wait as long as an iteration may take
-            got = await self.shares.collect(i, self.stage, set(others), self.settings.iteration_timeout_s)
+            # replicas may legitimately still be working: wait as long as an iteration may take,
+            # but not for one that died (its gradients died with it)
+            got = await self.shares.collect(i, self.stage, set(others), self.settings.iteration_timeout_s,
+                                            gone=self.health.suspect)
             result = combine({**got, self.me: mine}, [self.me, *others])
             if result.missing:
                 logger.warning("iteration %d: no gradients from replica(s) %s; averaging without them",

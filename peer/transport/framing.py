@@ -1,12 +1,14 @@
 """Length-prefixed frames on a byte stream, with the size checked before allocating."""
 import asyncio
 
+from protocol.errors import MessageTooLarge
+
 HEADER_BYTES = 4
 MAX_FRAME_BYTES = 4 * 1024 * 1024
 
 
-class FrameTooLarge(Exception):
-    pass
+class FrameTooLarge(MessageTooLarge):
+    """A ProtocolError, so the server answers TOO_LARGE instead of treating it as a crash."""
 
 
 async def write_frame(writer: asyncio.StreamWriter, data: bytes) -> None:

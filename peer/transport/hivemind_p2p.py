@@ -50,8 +50,13 @@ class HivemindTransport(Transport):
             remote = stream_info.peer_id.to_base58()
 
             async def recv() -> bytes:
-                async with asyncio.timeout(self.item_timeout):
-                    return await read_frame(reader)
+                try:
+                    async with asyncio.timeout(self.item_timeout):
+                        return await read_frame(reader)
+                except (asyncio.IncompleteReadError, ConnectionError):  # the remote hung up mid-request
+                    raise TransportError(remote, "stream closed before the request was complete") from None
+                except TimeoutError:  # a partial stream: one frame may take at most item_timeout
+                    raise TransportError(remote, f"no frame within {self.item_timeout:.0f}s") from None
 
             try:
                 reply = await handler(remote, recv)

@@ -4,6 +4,7 @@ Requests carrying a tensor larger than `unary_tensor_bytes` travel as a StreamHe
 followed by TensorChunk frames; the server reassembles them (bounded) before dispatch.
 The server never raises: every failure becomes an ErrorReply with a wire error code.
 """
+import asyncio
 import dataclasses
 import logging
 from typing import Any, Awaitable, Callable
@@ -14,6 +15,8 @@ from protocol.errors import ErrorCode, ProtocolError
 from protocol.tensors import (ChunkAssembler, DEFAULT_CHUNK_BYTES, DEFAULT_MAX_TENSOR_BYTES,
                               TensorPayload, split_payload)
 
+from peer.security.limits import Admission, Overloaded
+from peer.security.membership import MemberGate
 from peer.transport.base import RecvFrame, Transport, TransportError
 
 logger = logging.getLogger(__name__)
@@ -61,10 +64,17 @@ MessageHandler = Callable[[str, Any], Awaitable[Any]]
 
 
 class RpcServer:
-    """Decodes requests and dispatches them by message type to registered handlers."""
+    """Decodes requests and dispatches them by message type to registered handlers.
 
-    def __init__(self, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES):
+    Optional guards run before a request is read: `gate` (membership: strangers get NOT_MEMBER)
+    and `admission` (rate limits, bounded concurrency and stream bytes: OVERLOADED); with
+    admission, a whole request must also arrive within its deadline."""
+
+    def __init__(self, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES, admission: Admission | None = None,
+                 gate: MemberGate | None = None):
         self.max_tensor_bytes = max_tensor_bytes
+        self.admission = admission
+        self.gate = gate
         self.handlers: dict[type, MessageHandler] = {}
         self.rejected = 0  # requests answered with an error, for status and tests
 
@@ -72,8 +82,28 @@ class RpcServer:
         self.handlers[message_type] = handler
 
     async def handle(self, remote: str, recv: RecvFrame) -> bytes:
+        if self.gate is not None and not await self.gate.admit(remote):
+            return self._error(ErrorCode.NOT_MEMBER, "not a member of this run: no valid join-key proof "
+                                                     "in your advert (start the peer with --join-key)")
+        if self.admission is None:
+            return await self._handle(remote, recv)
         try:
-            request = await self._read_request(recv)
+            self.admission.enter(remote)
+        except Overloaded as exc:
+            return self._error(ErrorCode.OVERLOADED, str(exc))
+        try:
+            return await self._handle(remote, recv)
+        finally:
+            self.admission.leave(remote)
+
+    async def _handle(self, remote: str, recv: RecvFrame) -> bytes:
+        reserved = [0]
+        try:
+            if self.admission is None:
+                request = await self._read_request(recv, reserved)
+            else:
+                async with asyncio.timeout(self.admission.limits.request_deadline_s):
+                    request = await self._read_request(recv, reserved)
             handler = self.handlers.get(type(request))
             if handler is None:
                 return self._error(ErrorCode.UNKNOWN_TYPE, f"no handler for {type(request).__name__}")
@@ -81,13 +111,18 @@ class RpcServer:
             return codec.encode(reply)
         except ProtocolError as exc:
             return self._error(exc.code, str(exc))
+        except Overloaded as exc:
+            return self._error(ErrorCode.OVERLOADED, str(exc))
         except (TransportError, TimeoutError) as exc:
-            return self._error(ErrorCode.MALFORMED, f"incomplete request: {exc}")
+            return self._error(ErrorCode.MALFORMED, f"incomplete request: {exc or 'deadline passed'}")
         except Exception as exc:  # a handler bug must not crash the peer: report it
             logger.exception("handler failed for a request from %s", remote[:12])
             return self._error(ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+        finally:
+            if reserved[0]:
+                self.admission.release_stream(reserved[0])
 
-    async def _read_request(self, recv: RecvFrame) -> Any:
+    async def _read_request(self, recv: RecvFrame, reserved: list[int]) -> Any:
         first = codec.decode(await recv())
         if not isinstance(first, m.StreamHead):
             return first
@@ -95,6 +130,9 @@ class RpcServer:
         assembler = ChunkAssembler(self.max_tensor_bytes)
         while True:
             part = codec.decode(await recv(), expected=m.StreamChunk)
+            if self.admission is not None and not reserved[0] and part.chunk.total_bytes <= self.max_tensor_bytes:
+                self.admission.reserve_stream(part.chunk.total_bytes)  # before buffering any of it
+                reserved[0] = part.chunk.total_bytes
             payload = assembler.add(part.chunk)
             if payload is not None:
                 return dataclasses.replace(request, tensor=payload)

@@ -1,0 +1,89 @@
+"""Per-iteration bookkeeping of the microbatches that pass through this peer.
+
+Recovery re-sends a microbatch with a higher `attempt` (and the route it now takes), so every
+peer keeps, per microbatch: the newest attempt it accepted (older ones are stale, an equal one
+is a duplicate of a retried send), the flight it is waiting on (who owes it the backward), and
+whether its parameters already received this microbatch's gradient (a replay through a stage
+that already counted it only passes gradients on: counted once). Origins also track how each
+of their microbatches ends, for exactly-once accounting.
+"""
+from dataclasses import dataclass, field
+
+from protocol.schedule import Route
+
+from peer.pipeline.plan_view import Kind
+
+ATTEMPT_SLOTS = 64
+
+
+def next_attempt(current: int, hop_index: int) -> int:
+    """A replay's attempt: a new round, and within a round an upstream hop's replay beats a
+    downstream one (it restarts the microbatch from earlier, which supersedes the rest)."""
+    return (current // ATTEMPT_SLOTS + 1) * ATTEMPT_SLOTS + (ATTEMPT_SLOTS - 1 - min(hop_index, ATTEMPT_SLOTS - 1))
+
+
+@dataclass
+class Flight:
+    """A microbatch stashed here, waiting for its backward from `successor`."""
+
+    route: Route
+    hop_index: int                    # our hop (0 at the origin)
+    attempt: int                      # the attempt we sent on (and expect back)
+    successor: str                    # the peer that owes us the backward
+    upstream_attempt: int = 0         # the attempt our predecessor sent us (and expects back)
+
+
+@dataclass
+class OriginEntry:
+    """One of our own microbatches (origin only)."""
+
+    planned: Route
+    attempt: int = 0
+    reissued: bool = False
+    outcome: str | None = None        # completed / rerouted / skipped_stage / reissued / lost
+    head_route: Route | None = None   # route of the attempt whose head we computed
+    head_attempt: int = -1
+    loss_sum: float = 0.0
+
+
+@dataclass
+class IterationState:
+    iteration: int
+    seen: dict[tuple[int, Kind], int] = field(default_factory=dict)   # newest accepted attempt
+    flights: dict[int, Flight] = field(default_factory=dict)
+    counted: set[int] = field(default_factory=set)
+    own: dict[int, OriginEntry] = field(default_factory=dict)
+    done_origins: set[str] = field(default_factory=set)
+
+    def check_attempt(self, mb: int, kind: Kind, attempt: int) -> str | None:
+        """Why an incoming input is refused ("stale"/"duplicate"), or None if it is new."""
+        have = self.seen.get((mb, kind), -1)
+        if attempt < have:
+            return "stale"
+        if attempt == have:
+            return "duplicate"
+        return None
+
+    def record_attempt(self, mb: int, kind: Kind, attempt: int) -> None:
+        self.seen[(mb, kind)] = max(attempt, self.seen.get((mb, kind), -1))
+
+    def expects_backward(self, mb: int, attempt: int, sender: str) -> str | None:
+        """Why a backward for `mb` is not the one we wait for; None if it is."""
+        flight = self.flights.get(mb)
+        if flight is None:
+            return f"microbatch {mb} is not waiting for a backward here"
+        if attempt != flight.attempt:
+            return f"attempt {attempt} of microbatch {mb} is superseded (we hold {flight.attempt})"
+        if sender != flight.successor:
+            return f"{sender[:12]} does not owe us microbatch {mb}'s backward"
+        return None
+
+    def unresolved(self) -> list[int]:
+        return sorted(mb for mb, e in self.own.items() if e.outcome is None)
+
+    def counts(self) -> dict[str, int]:
+        out = {"completed": 0, "rerouted": 0, "skipped_stage": 0, "reissued": 0, "lost": 0}
+        for e in self.own.values():
+            if e.outcome is not None:
+                out[e.outcome] += 1
+        return out

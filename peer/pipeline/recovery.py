@@ -1,0 +1,182 @@
+"""Mid-iteration recovery: what a peer does when the peer it handed a microbatch to is gone.
+
+Each live peer is responsible for its immediate successor on every microbatch it holds
+activations for: it watches that peer (heartbeats while it owes us a backward, and failed
+sends) and, once the peer is suspect (routing/health.py), re-sends its own stashed output on a
+repaired route (routing/fallback.py: reroute to a replica, else skip the stage, else ask the
+origin to re-issue on a fresh route, else the origin counts it lost and says so).
+
+Backward after a lost hop ("replay"): the microbatch is replayed forward from the last live
+hop with a higher attempt number, through the replacement, to the head and back. Stages behind
+the lost hop that had already run this microbatch's backward pass only pass gradients on
+during the replay (they counted it once already), so every stage that the final route visits
+gets this microbatch's gradient exactly once, computed from the same parameters. Gradients a
+dead peer had accumulated die with it: its stage averages over its surviving replicas.
+"""
+import asyncio
+import logging
+import random
+from typing import TYPE_CHECKING
+
+from protocol import messages as m
+from protocol.schedule import Schedule
+
+from peer.pipeline import plan_view as pv
+from peer.pipeline.flights import IterationState, next_attempt
+from peer.routing import fallback
+from peer.transport.base import TransportError
+from peer.transport.rpc import RemoteError
+
+if TYPE_CHECKING:
+    from peer.pipeline.worker import PipelineWorker, Work
+
+logger = logging.getLogger(__name__)
+
+
+class Recovery:
+    def __init__(self, worker: "PipelineWorker"):
+        self.w = worker
+        self.averaging_with: set[str] = set()       # replicas whose shares we are waiting for
+        self.events: list[str] = []                 # recent recoveries, for status output
+
+    def _note(self, text: str) -> None:
+        logger.warning(text)
+        self.events = (self.events + [text])[-20:]
+
+    # ---- watching the peers that owe us work ----
+
+    def watched(self) -> set[str]:
+        w, schedule = self.w, self.w.current
+        if schedule is None or w.runner is None:
+            return set()
+        st = w.states.get(w.iteration)
+        peers = set(self.averaging_with)
+        if st is not None:
+            peers |= {f.successor for f in st.flights.values()}
+            if not w.runner.is_origin:
+                peers |= {o for o in pv.replicas(schedule, 0) if o not in st.done_origins}
+        peers.discard(w.me)
+        return peers
+
+    async def monitor(self) -> None:
+        """Heartbeat the peers we wait on; recover the work of those that stopped answering."""
+        while True:
+            await asyncio.sleep(self.w.settings.heartbeat_s)
+            try:
+                peers = self.watched()
+                await asyncio.gather(*(self._ping(p) for p in peers))
+                await self._recover_suspects()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the monitor must outlive any one bad round
+                logger.exception("recovery monitor round failed")
+
+    async def _ping(self, peer: str) -> None:
+        try:
+            await self.w.rpc.call(peer, m.Ping(random.getrandbits(32)), self.w.settings.ping_timeout_s)
+            self.w.health.record_success(peer)
+        except (TransportError, RemoteError):
+            self.w.health.record_failure(peer, self.w._replicas_of_peer(peer))
+
+    async def _recover_suspects(self) -> None:
+        st = self.w.states.get(self.w.iteration)
+        if st is None:
+            return
+        for mb, flight in list(st.flights.items()):
+            if flight.successor != self.w.me and self.w.health.suspect(flight.successor):
+                await self.next_hop_failed(self.w.iteration, mb, flight.successor)
+
+    # ---- the rules, applied ----
+
+    def _budget(self, schedule: Schedule, mb: int) -> fallback.Budget:
+        return fallback.budget_for(schedule.route(mb), schedule.num_stages, schedule.skip_ratio,
+                                   self.w.settings.extra_skips)
+
+    async def next_hop_failed(self, i: int, mb: int, dead: str) -> None:
+        """The successor of our flight `mb` cannot take it: repair the rest of the route."""
+        w, st, schedule = self.w, self.w.states.get(i), self.w.current
+        flight = None if st is None else st.flights.get(mb)
+        if flight is None or flight.successor != dead or schedule is None:
+            return  # already recovered, or finished meanwhile
+        hop = flight.hop_index + 1
+        if hop >= len(flight.route.hops):
+            self._note(f"iteration {i} microbatch {mb}: its origin {dead[:12]} is unreachable")
+            return
+        decision = fallback.recover_hop(flight.route, hop, lambda s: pv.replicas(schedule, s),
+                                        w.health.usable, self._budget(schedule, mb))
+        if decision.action == fallback.Action.REISSUE:
+            if w.runner.is_origin:
+                await self.reissue(i, mb, decision.detail)
+            else:
+                st.flights.pop(mb, None)
+                w.runner.drop((i, mb))
+                await self._ask_origin(i, schedule, flight.route, flight.upstream_attempt, dead, decision.detail)
+            return
+        self._note(f"iteration {i} microbatch {mb}: {decision.action.value}: {decision.detail}")
+        await self._resend(i, schedule, st, mb, decision.route)
+
+    async def _resend(self, i: int, schedule: Schedule, st: IterationState, mb: int, route) -> None:
+        w = self.w
+        flight = st.flights[mb]
+        out = await w.compute(w.runner.stashed_output, (i, mb))
+        flight.attempt = next_attempt(max(flight.attempt, st.seen.get((mb, pv.Kind.FORWARD), 0)), flight.hop_index)
+        flight.route = route
+        hop = flight.hop_index
+        flight.successor = route.hops[hop + 1].peer if hop + 1 < len(route.hops) else route.origin
+        kind = pv.Kind.ORIGIN_FORWARD if hop == 0 else pv.Kind.FORWARD
+        w.spawn(w.send_output(i, schedule, route, pv.TaskKey(mb, kind, hop), out, flight.attempt))
+
+    async def reissue(self, i: int, mb: int, why: str) -> None:
+        """Origin only: send microbatch `mb` again from stage 0 on a fresh route."""
+        w, st, schedule = self.w, self.w.states.get(i), self.w.current
+        entry = None if st is None else st.own.get(mb)
+        if entry is None or entry.outcome is not None or mb not in st.flights:
+            return
+        route = fallback.fresh_route(entry.planned, schedule.num_stages, lambda s: pv.replicas(schedule, s),
+                                     w.health.usable, self._budget(schedule, mb))
+        if route is None:
+            self.lose(i, st, mb, f"{why}; no fresh route either")
+            return
+        entry.reissued = True
+        self._note(f"iteration {i} microbatch {mb}: reissued from stage 0 ({why}) via "
+                   f"{[h.stage for h in route.hops]}")
+        await self._resend(i, schedule, st, mb, route)
+
+    def lose(self, i: int, st: IterationState, mb: int, why: str) -> None:
+        entry = st.own[mb]
+        if entry.outcome is None:
+            entry.outcome = "lost"
+            st.flights.pop(mb, None)
+            self.w.runner.drop((i, mb))
+            self._note(f"iteration {i} microbatch {mb} LOST: {why}")
+
+    async def _ask_origin(self, i: int, schedule: Schedule, route, attempt: int, dead: str, why: str) -> None:
+        header = m.WorkHeader(self.w.spec.run, schedule.epoch, i, route.microbatch_id, 0, attempt, route)
+        self._note(f"iteration {i} microbatch {route.microbatch_id}: asking origin {route.origin[:12]} "
+                   f"to re-issue it ({why})")
+        ok = await self.w.send_with_retries(route.origin, m.MicrobatchFailed(header, dead, why),
+                                            f"re-issue request for microbatch {route.microbatch_id}")
+        if not ok:
+            logger.error("iteration %d microbatch %d: could not reach its origin", i, route.microbatch_id)
+
+    async def compute_failed(self, i: int, schedule: Schedule, st: IterationState, mb: int,
+                             work: "Work", why: str) -> None:
+        """Our own compute refused a microbatch (e.g. non-finite values): it cannot be
+        recovered by routing, so its origin counts it lost and reports it."""
+        if self.w.runner.is_origin:
+            if mb in st.own:
+                self.lose(i, st, mb, why)
+            return
+        await self._ask_origin(i, schedule, work.route, work.attempt, "", f"compute failed: {why}")
+
+    async def on_failed_report(self, remote: str, report: m.MicrobatchFailed) -> None:
+        """Origin side of MicrobatchFailed (already validated by the handler)."""
+        i, mb = report.header.iteration, report.header.microbatch_id
+        st = self.w.states.get(i)
+        if st is None or mb not in st.own:
+            return
+        if not report.dead_peer:
+            self.lose(i, st, mb, f"{remote[:12]} reported: {report.reason}")
+            return
+        self.w.health.record_failure(report.dead_peer, self.w._replicas_of_peer(report.dead_peer))
+        await self.reissue(i, mb, f"{remote[:12]} reported {report.dead_peer[:12]} unusable")

@@ -1,0 +1,73 @@
+"""Which remote peers we currently trust to do work: failures, bans and departures.
+
+A failure (RPC error, timeout, failed heartbeat) bans a peer for a capped exponential backoff
+(base, 2x base, 4x base, ... up to `max_ban_s`); any success resets it. A peer that announced
+OFFLINE or whose advert expired is `departed` until it announces again. Two rules from
+architecture.md live here so they can be tested alone:
+- "suspect" (consecutive failures >= threshold, or departed) is what triggers recovery of the
+  work we handed to that peer;
+- we never ban the last live replica of a stage: a flaky sole replica is still retried,
+  because banning it would force skips that a transient error does not justify.
+"""
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+
+@dataclass
+class _Record:
+    failures: int = 0                 # consecutive, reset on success
+    banned_until: float = 0.0
+
+
+class Health:
+    def __init__(self, base_ban_s: float = 1.0, max_ban_s: float = 30.0, suspect_after: int = 2,
+                 clock: Callable[[], float] = time.monotonic):
+        if base_ban_s <= 0 or max_ban_s < base_ban_s or suspect_after < 1:
+            raise ValueError("need 0 < base_ban_s <= max_ban_s and suspect_after >= 1")
+        self.base_ban_s, self.max_ban_s, self.suspect_after = base_ban_s, max_ban_s, suspect_after
+        self.clock = clock
+        self._records: dict[str, _Record] = {}
+        self.departed: set[str] = set()
+
+    def record_success(self, peer: str) -> None:
+        self._records.pop(peer, None)
+
+    def record_failure(self, peer: str, replicas: Iterable[str] = ()) -> None:
+        """Count a failure of `peer`; ban it unless it is its stage's last usable replica
+        (`replicas` = every peer of its stage, itself included)."""
+        rec = self._records.setdefault(peer, _Record())
+        rec.failures += 1
+        others = [p for p in replicas if p != peer]
+        if replicas and not any(self.usable(p) for p in others):
+            return
+        backoff = min(self.base_ban_s * 2 ** (rec.failures - 1), self.max_ban_s)
+        rec.banned_until = max(rec.banned_until, self.clock() + backoff)
+
+    def set_departed(self, peers: Iterable[str]) -> None:
+        self.departed = set(peers)
+
+    def banned(self, peer: str) -> bool:
+        rec = self._records.get(peer)
+        return rec is not None and rec.banned_until > self.clock()
+
+    def failures(self, peer: str) -> int:
+        rec = self._records.get(peer)
+        return 0 if rec is None else rec.failures
+
+    def suspect(self, peer: str) -> bool:
+        """Treat the work we gave `peer` as lost: it left, or stopped answering."""
+        return peer in self.departed or self.failures(peer) >= self.suspect_after
+
+    def usable(self, peer: str) -> bool:
+        """May we hand new work to `peer`?"""
+        return not self.banned(peer) and not self.suspect(peer)
+
+    def ban_remaining(self, peer: str) -> float:
+        rec = self._records.get(peer)
+        return 0.0 if rec is None else max(rec.banned_until - self.clock(), 0.0)
+
+    def snapshot(self) -> dict[str, dict]:
+        """For status output: peers with failures or bans."""
+        return {p: {"failures": r.failures, "ban_s": round(self.ban_remaining(p), 1)}
+                for p, r in self._records.items()}

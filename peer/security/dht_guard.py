@@ -1,0 +1,72 @@
+"""DHT record validators for one run (installed in every member's DHT node).
+
+- hivemind's RSASignatureValidator: a subkey `[owner:<key>]` changes only with that key's
+  signature, so a peer can write only its own subkey.
+- hivemind's SchemaValidator: the per-peer keys (peers, links, progress) accept only owned
+  subkeys and bounded byte values, so nobody can add an unsigned subkey beside them.
+- MemberAdvertValidator (only with a join key): an advert without a valid member proof is
+  refused at store time, so non-members cannot write adverts into members' nodes.
+Readers still check every record (protocol.records), since a stranger's own node stores anything.
+"""
+from typing import Dict, Optional
+
+import pydantic.v1 as pydantic
+from hivemind.dht.crypto import RSASignatureValidator
+from hivemind.dht.protocol import DHTProtocol
+from hivemind.dht.routing import DHTID
+from hivemind.dht.schema import BytesWithPublicKey, SchemaValidator
+from hivemind.dht.validation import DHTRecord, RecordValidatorBase
+from hivemind.utils.crypto import RSAPrivateKey
+
+from protocol import codec, ids
+from protocol.adverts import PeerAdvert
+from protocol.errors import ProtocolError
+from protocol.membership import is_member
+from protocol.owner import BadOwnerKey, peer_id_of_subkey
+
+MAX_RECORD_BYTES = 64 * 1024
+
+
+def per_peer_keys(run: str) -> tuple[str, ...]:
+    return ids.peers_key(run), ids.links_key(run), ids.progress_key(run)
+
+
+def record_schema(run: str) -> type:
+    value = Optional[Dict[BytesWithPublicKey, pydantic.conbytes(strict=True, max_length=MAX_RECORD_BYTES)]]
+    return pydantic.create_model(f"SkipPipeRecords_{run}", **{k: (value, None) for k in per_peer_keys(run)})
+
+
+class MemberAdvertValidator(RecordValidatorBase):
+    """Accepts an advert only from its owner key's peer id with a valid join-key proof."""
+
+    def __init__(self, run: str, join_key: bytes):
+        self.run, self.join_key = run, join_key
+        self.key_id = DHTID.generate(source=ids.peers_key(run)).to_bytes()
+
+    def validate(self, record: DHTRecord) -> bool:
+        if record.key != self.key_id:
+            return True
+        try:
+            subkey = DHTProtocol.serializer.loads(record.subkey)
+            advert = codec.decode(DHTProtocol.serializer.loads(record.value), expected=PeerAdvert)
+            return (advert.peer_id == peer_id_of_subkey(subkey)
+                    and is_member(self.join_key, self.run, advert.peer_id, advert.member_proof))
+        except (ProtocolError, BadOwnerKey, ValueError, TypeError):
+            return False
+
+    @property
+    def priority(self) -> int:
+        return 0  # after the signature validator has checked and stripped the signature
+
+    def merge_with(self, other: RecordValidatorBase) -> bool:
+        return False
+
+
+def record_validators(run: str, private_key: RSAPrivateKey | None,
+                      join_key: bytes | None) -> tuple[RSASignatureValidator, list[RecordValidatorBase]]:
+    """(the signer, every validator for DHT(record_validators=...))."""
+    signer = RSASignatureValidator(private_key)
+    validators: list[RecordValidatorBase] = [signer, SchemaValidator(record_schema(run), allow_extra_keys=True)]
+    if join_key is not None:
+        validators.append(MemberAdvertValidator(run, join_key))
+    return signer, validators

@@ -1,0 +1,85 @@
+"""The peer's security wiring in one place (peer/app.py stays a composition root): identity and
+DHT validators for the DHT, signed records, the member proof in our advert, and the RPC guards."""
+import asyncio
+import dataclasses
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+
+from protocol.adverts import PeerAdvert
+from protocol.membership import JoinKeyError, load_join_key, member_proof
+from protocol.tensors import DEFAULT_CHUNK_BYTES
+
+from peer.config import PeerConfig
+from peer.discovery.dht_records import PeerRecords
+from peer.security.dht_guard import record_validators
+from peer.security.identity import IdentityError, duplicate_message, load_identity
+from peer.security.limits import Admission, Limits
+from peer.security.membership import MemberGate
+
+logger = logging.getLogger(__name__)
+
+
+class PeerGuard:
+    def __init__(self, config: PeerConfig):
+        self.config = config
+        self._tmp: Path | None = None
+        try:
+            self.join_key = load_join_key(config.join_key_path) if config.join_key_path else None
+            path = config.identity_path
+            if path is None:  # one key must serve libp2p and DHT signing, so even a fresh one is a file
+                self._tmp = Path(tempfile.mkdtemp(prefix="skippipe-id-"))
+                path = self._tmp / "identity.key"
+            self.identity = load_identity(path)
+        except (JoinKeyError, IdentityError) as exc:
+            self.close()
+            raise ValueError(str(exc)) from None
+        self.signer, self.validators = record_validators(config.run, self.identity.private_key, self.join_key)
+        self.gate: MemberGate | None = None
+
+    def dht_kwargs(self) -> dict:
+        # hivemind's own duplicate check (a throwaway p2pd dials our id) only matters for a kept identity
+        return dict(identity_path=str(self.identity.path), record_validators=self.validators,
+                    check_if_identity_free=self._tmp is None)
+
+    @staticmethod
+    def is_duplicate(exc: Exception) -> bool:
+        return "already taken" in str(exc)  # hivemind's P2PDaemonError for a live identity
+
+    def duplicate_message(self) -> str:
+        return duplicate_message(self.identity.path, self.identity.peer_id, "in the swarm")
+
+    def records(self, dht, peer_id: str) -> PeerRecords:
+        if peer_id != self.identity.peer_id:
+            raise IdentityError(f"libp2p runs as {peer_id}, but the identity file is {self.identity.peer_id}")
+        return PeerRecords(dht, self.config.run, peer_id, self.signer.local_public_key, self.join_key)
+
+    def sign_advert(self, advert: PeerAdvert) -> PeerAdvert:
+        if self.join_key is None:
+            return advert
+        return dataclasses.replace(advert, member_proof=member_proof(self.join_key, self.config.run, advert.peer_id))
+
+    def rpc_server(self, records: PeerRecords, server_class):
+        cfg = self.config
+        if self.join_key is not None:
+            async def members() -> set[str]:
+                return set(await records.get_adverts())
+            self.gate = MemberGate(members, always={records.peer_id})
+        budget = max(cfg.max_request_mb * 1024 * 1024, DEFAULT_CHUNK_BYTES)
+        limits = Limits(rate_per_s=cfg.max_requests_per_s, burst=max(1, int(2 * cfg.max_requests_per_s)),
+                        stream_bytes_budget=budget)
+        self.admission = Admission(limits)
+        return server_class(max_tensor_bytes=budget, admission=self.admission, gate=self.gate)
+
+    async def run(self, period_s: float) -> None:
+        if self.gate is None:
+            await asyncio.Event().wait()  # nothing to refresh; lives as long as the other loops
+        await self.gate.run(period_s)
+
+    def close(self) -> None:
+        identity = getattr(self, "identity", None)
+        if identity is not None:
+            identity.release()
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)

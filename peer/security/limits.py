@@ -1,0 +1,97 @@
+"""Admission control for incoming RPCs: back-pressure instead of unbounded memory.
+
+Checked before a request is read: per-peer token buckets (a bounded table), a cap on requests in
+progress (in total and per peer), a budget for bytes held by half-received streams, and a
+deadline for reading a whole request. A refused request costs the sender an OVERLOADED reply.
+The per-peer limits alone do not stop a stranger with many peer ids (ids are free); the global
+caps do, and with a join key strangers are refused before any of this (peer/security/membership).
+"""
+import collections
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class Limits:
+    rate_per_s: float = 100.0          # sustained requests per second from one peer
+    burst: int = 200                   # requests one peer may send at once after a quiet spell
+    max_in_flight: int = 64            # requests being read or handled, all peers together
+    max_in_flight_per_peer: int = 16
+    stream_bytes_budget: int = 256 * 1024 * 1024   # bytes buffered by all half-received streams
+    request_deadline_s: float = 60.0   # a whole request (all its frames) must arrive within this
+    max_tracked_peers: int = 4096      # token buckets kept (least recently seen dropped first)
+
+
+class TokenBucket:
+    def __init__(self, rate: float, burst: int, now: float):
+        self.rate, self.burst = rate, float(burst)
+        self.tokens, self.stamp = float(burst), now
+
+    def take(self, now: float) -> bool:
+        self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        if self.tokens < 1.0:
+            return False
+        self.tokens -= 1.0
+        return True
+
+
+class Overloaded(Exception):
+    """Refused for back-pressure; the message says which limit."""
+
+
+class Admission:
+    """Not thread-safe: used from the peer's event loop only."""
+
+    def __init__(self, limits: Limits = Limits(), clock: Callable[[], float] = time.monotonic):
+        self.limits = limits
+        self.clock = clock
+        self._buckets: collections.OrderedDict[str, TokenBucket] = collections.OrderedDict()
+        self._in_flight: collections.Counter[str] = collections.Counter()
+        self.total_in_flight = 0
+        self.stream_bytes = 0
+        self.refused = collections.Counter()   # reason -> count, for status and tests
+
+    def enter(self, remote: str) -> None:
+        """Admit one request from `remote` (call `leave(remote)` when done) or raise Overloaded."""
+        lim = self.limits
+        if self.total_in_flight >= lim.max_in_flight:
+            self._refuse("busy", f"{self.total_in_flight} requests in progress; retry later")
+        if self._in_flight[remote] >= lim.max_in_flight_per_peer:
+            self._refuse("peer_busy", f"{self._in_flight[remote]} of your requests are in progress")
+        if not self._bucket(remote).take(self.clock()):
+            self._refuse("rate", f"over {lim.rate_per_s:.0f} requests/s; slow down")
+        self._in_flight[remote] += 1
+        self.total_in_flight += 1
+
+    def leave(self, remote: str) -> None:
+        self.total_in_flight -= 1
+        self._in_flight[remote] -= 1
+        if self._in_flight[remote] <= 0:
+            del self._in_flight[remote]
+
+    def reserve_stream(self, nbytes: int) -> None:
+        """Reserve room for a stream of `nbytes` before buffering it (`release_stream` after)."""
+        if self.stream_bytes + nbytes > self.limits.stream_bytes_budget:
+            self._refuse("stream_bytes", f"{nbytes} more stream bytes would exceed the budget of "
+                                         f"{self.limits.stream_bytes_budget}")
+        self.stream_bytes += nbytes
+
+    def release_stream(self, nbytes: int) -> None:
+        self.stream_bytes -= nbytes
+
+    def _bucket(self, remote: str) -> TokenBucket:
+        bucket = self._buckets.get(remote)
+        if bucket is None:
+            bucket = TokenBucket(self.limits.rate_per_s, self.limits.burst, self.clock())
+            self._buckets[remote] = bucket
+            while len(self._buckets) > self.limits.max_tracked_peers:
+                self._buckets.popitem(last=False)
+        else:
+            self._buckets.move_to_end(remote)
+        return bucket
+
+    def _refuse(self, reason: str, message: str):
+        self.refused[reason] += 1
+        raise Overloaded(message)

@@ -1,0 +1,129 @@
+"""Signed DHT records over real hivemind DHT nodes on 127.0.0.1: a peer writes only its own
+subkey, forged and overwritten adverts are rejected, non-members' adverts are dropped, and an
+identity already live in the swarm is refused with a clear message."""
+import asyncio
+import os
+import shutil
+import time
+
+import pytest
+from hivemind import DHT
+from hivemind.dht.crypto import RSASignatureValidator
+
+from protocol import codec, ids
+from protocol.adverts import PeerAdvert, PeerState
+from protocol.membership import create_join_key
+
+from coordinator.dht_io import CoordinatorRecords, record_validators
+from peer.app import StartupError, start_dht
+from peer.config import PeerConfig
+from peer.security.guard import PeerGuard
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+LOOPBACK = ["/ip4/127.0.0.1/tcp/0"]
+RUN = "sec"
+
+
+def advert(peer_id: str, speed: float = 0.01) -> PeerAdvert:
+    return PeerAdvert(peer_id, PeerState.ONLINE, "cpu", 1, speed, timestamp=time.time())
+
+
+class Swarm:
+    def __init__(self, tmp_path, join_key: bool = False):
+        self.key_path = None
+        if join_key:
+            self.key_path = tmp_path / "join.key"
+            create_join_key(self.key_path)
+        key = self.key_path.read_bytes().strip() if join_key else None
+        self.coordinator = DHT(start=True, host_maddrs=LOOPBACK, record_validators=record_validators(RUN))
+        self.maddrs = [str(a) for a in self.coordinator.get_visible_maddrs()]
+        self.view = CoordinatorRecords(self.coordinator, RUN, key)
+        self.guards, self.dhts = [], [self.coordinator]
+
+    def member(self, tmp_path, name: str, join_key=True) -> tuple[DHT, object]:
+        config = PeerConfig(initial_peers=tuple(self.maddrs), run=RUN, host_maddrs=tuple(LOOPBACK),
+                            identity_path=tmp_path / f"{name}.key",
+                            join_key_path=self.key_path if join_key else None)
+        guard = PeerGuard(config)
+        dht = start_dht(config, guard)
+        self.guards.append(guard)
+        self.dhts.append(dht)
+        return dht, guard.records(dht, guard.identity.peer_id), guard
+
+    def rogue(self) -> DHT:
+        dht = DHT(start=True, host_maddrs=LOOPBACK, initial_peers=self.maddrs)  # no validators at all
+        self.dhts.append(dht)
+        return dht
+
+    def close(self):
+        for dht in self.dhts:
+            dht.shutdown()
+        for guard in self.guards:
+            guard.close()
+
+
+async def store(dht, value: PeerAdvert, subkey) -> None:
+    await dht.store(ids.peers_key(RUN), codec.encode(value), time.time() + 60, subkey=subkey, return_future=True)
+
+
+def test_forged_and_overwritten_adverts_are_rejected(tmp_path):
+    swarm = Swarm(tmp_path)
+    try:
+        async def scenario():
+            _, records, guard = swarm.member(tmp_path, "alice")
+            alice = guard.identity.peer_id
+            assert await records.put_advert(advert(alice, 0.01), ttl_s=60)
+            rogue = swarm.rogue()
+            rogue_key = RSASignatureValidator().local_public_key
+            await store(rogue, advert(alice, 9.0), records.subkey)   # overwrite alice's subkey, unsigned
+            await store(rogue, advert(alice, 9.0), rogue_key)        # alice's id under the rogue's key
+            await store(rogue, advert(alice, 9.0), alice)            # an unowned subkey
+            await store(rogue, advert("QmStranger", 9.0), b"plain")
+            for reader in (swarm.view, records):
+                adverts = await reader.get_adverts()
+                assert list(adverts) == [alice] and adverts[alice].fwd_s_per_layer_sample == 0.01
+            # alice can still update her own record, and it is her new value that everyone sees
+            assert await records.put_advert(advert(alice, 0.02), ttl_s=60)
+            assert (await swarm.view.get_adverts())[alice].fwd_s_per_layer_sample == 0.02
+        asyncio.run(scenario())
+    finally:
+        swarm.close()
+
+
+def test_without_the_join_key_a_peer_is_not_a_member(tmp_path):
+    swarm = Swarm(tmp_path, join_key=True)
+    try:
+        async def scenario():
+            _, member, mg = swarm.member(tmp_path, "member")
+            _, outsider, og = swarm.member(tmp_path, "outsider", join_key=False)
+            assert await member.put_advert(mg.sign_advert(advert(mg.identity.peer_id)), ttl_s=60)
+            await outsider.put_advert(og.sign_advert(advert(og.identity.peer_id)), ttl_s=60)
+            # a proof copied from the member's advert names the member, not the outsider
+            stolen = (await member.get_adverts())[mg.identity.peer_id].member_proof
+            await outsider.put_advert(PeerAdvert(og.identity.peer_id, PeerState.ONLINE, "cpu", 1, 0.01,
+                                                 member_proof=stolen), ttl_s=60)
+            assert list(await swarm.view.get_adverts()) == [mg.identity.peer_id]
+            assert list(await member.get_adverts()) == [mg.identity.peer_id]
+        asyncio.run(scenario())
+    finally:
+        swarm.close()
+
+
+def test_an_identity_already_live_in_the_swarm_is_refused(tmp_path):
+    swarm = Swarm(tmp_path)
+    try:
+        swarm.member(tmp_path, "first")
+        copy = tmp_path / "copy" / "first.key"  # the same key under another path (no local lock)
+        copy.parent.mkdir()
+        shutil.copy(tmp_path / "first.key", copy)
+        os.chmod(copy, 0o600)
+        config = PeerConfig(initial_peers=tuple(swarm.maddrs), run=RUN, host_maddrs=tuple(LOOPBACK),
+                            identity_path=copy)
+        guard = PeerGuard(config)
+        try:
+            with pytest.raises(StartupError, match="already in use by another peer in the swarm"):
+                start_dht(config, guard)
+        finally:
+            guard.close()
+    finally:
+        swarm.close()
