@@ -6,9 +6,12 @@ import logging
 import math
 import signal
 import time
+from pathlib import Path
 from typing import Awaitable, Callable
 
 from hivemind import DHT
+
+from opsweb.server import StatusServer
 
 from protocol.membership import JoinKeyError, create_join_key, load_join_key
 from protocol.messages import RunSpec
@@ -19,7 +22,8 @@ from coordinator.dht_io import CoordinatorRecords, record_validators
 from coordinator.planner import PlanConfig, PlanningError, plan
 from coordinator.progress import IterationSummary, ProgressTracker
 from coordinator.replanner import MembershipTracker, ReplanPolicy
-from coordinator.swarm_view import NotPlannable, SwarmSnapshot, to_topology
+from coordinator.status import StatusView
+from coordinator.swarm_view import BanList, NotPlannable, SwarmSnapshot, to_topology
 
 logger = logging.getLogger("skippipe.coordinator")
 SWITCH_MARGIN_S = 3.0      # a new epoch starts this far (in iterations' time) after its publication
@@ -45,7 +49,20 @@ def load_or_create_join_key(path: str) -> bytes:
     return load_join_key(path)
 
 
+def write_maddrs_file(path: str, maddrs: list[str]) -> None:
+    tmp = Path(path).with_suffix(".tmp")
+    try:
+        tmp.write_text(" ".join(maddrs) + "\n")
+        tmp.replace(path)  # atomic: a reader never sees half a line
+    except OSError as exc:
+        logger.error("cannot write --maddrs-file %s: %s; peers must be given the addresses above by hand",
+                     path, exc.strerror)
+
+
 class CoordinatorApp:
+    # skippipe-swarm --topology swaps in the emulated links (the peers' probes may come too late)
+    adjust_topology = staticmethod(lambda topology: topology)
+
     def __init__(self, config: CoordinatorConfig,
                  on_iteration: Callable[[IterationSummary], Awaitable[None] | None] | None = None):
         self.config = config
@@ -61,6 +78,13 @@ class CoordinatorApp:
         self.membership = MembershipTracker(ReplanPolicy(min_peers=max(1, config.min_peers),
                                                          hold_s=config.replan_hold_s))
         self.finished = False
+        self.replans: list[dict] = []       # every published epoch: when, why, from which iteration
+        self.bans = BanList()               # peers that failed spot checks (shown in status)
+        self.snapshot: SwarmSnapshot | None = None      # the latest round's view (status page)
+        self.topology = None                # what the current schedule was planned for (Gantt)
+        self.last_reports: dict = {}        # peer -> IterationReport of the last completed iteration
+        self.status = StatusView(self)
+        self.http: StatusServer | None = None
 
     @property
     def maddrs(self) -> list[str]:
@@ -81,11 +105,32 @@ class CoordinatorApp:
                 logger.info("continuing from stored schedule epoch %d", previous.epoch)
             logger.info("run %r is up. Peers join with:\n  skippipe-peer --run %s --initial-peers %s",
                         cfg.run, cfg.run, " ".join(self.maddrs))
+            await self._start_status_page()
+            if cfg.maddrs_file:
+                write_maddrs_file(cfg.maddrs_file, self.maddrs)
             self.ready.set()
             await self._loop()
             return 0
         finally:
+            if self.http is not None:
+                await self.http.close()
+            if cfg.maddrs_file:  # a stale file would send peers to a dead address
+                Path(cfg.maddrs_file).unlink(missing_ok=True)
             self.dht.shutdown()
+
+    async def _start_status_page(self) -> None:
+        if self.config.status_port is None:
+            return
+        http = StatusServer(self.status.routes(), self.config.status_host, self.config.status_port)
+        try:
+            await http.start()
+        except OSError as exc:  # the run goes on without a page: it is for people, not peers
+            logger.warning("no status page: cannot listen on %s:%d (%s); pass another --status-port "
+                           "(0: any free port, off: none)", self.config.status_host, self.config.status_port,
+                           exc.strerror)
+            return
+        self.http = http
+        logger.info("status page at %s (metrics at %smetrics)", http.url, http.url)
 
     async def _loop(self) -> None:
         last_spec = time.monotonic()
@@ -103,18 +148,22 @@ class CoordinatorApp:
                 pass
 
     async def _tick(self) -> None:
-        adverts = await self.records.get_adverts()
+        adverts = await self._unbanned(await self.records.get_adverts())
         snapshot = SwarmSnapshot(adverts, await self.records.get_links())
+        self.snapshot = snapshot
+        self.status.observe(snapshot)
         now = time.monotonic()
         self.membership.observe(frozenset(snapshot.online), now)
         if self.membership.should_plan(now):
             await self._replan(snapshot)
             self.membership.planned_now(now)
         self.progress.add(await self.records.get_progress())
+        pending = {i: dict(r) for i, r in self.progress.reports.items()}  # complete() drops them
         online = snapshot.online
         for summary in self.progress.complete(self._origins_for, lambda p: p not in online,
                                               self._planned_microbatches):
             self.summaries.append(summary)
+            self.last_reports = pending.get(summary.iteration, {})
             if self.on_iteration is not None:
                 result = self.on_iteration(summary)
                 if asyncio.iscoroutine(result):
@@ -122,11 +171,19 @@ class CoordinatorApp:
             if self.spec.max_steps and summary.iteration + 1 >= self.spec.max_steps:
                 self.finished = True
 
+    async def _unbanned(self, adverts: dict) -> dict:
+        for reporter, record in (await self.records.get_spot_checks()).items():
+            if reporter in adverts:  # only members' reports count
+                for peer in self.bans.observe(reporter, record.reports):
+                    logger.warning("banned %s from run %r: %s", peer, self.config.run, self.bans.banned[peer])
+        return {p: a for p, a in adverts.items() if p not in self.bans.banned}
+
     async def _replan(self, snapshot: SwarmSnapshot) -> None:
         pinned = self.schedule.stage_of() if self.schedule else {}
         epoch = self.schedule.epoch + 1 if self.schedule else 1
         try:
             topology = to_topology(snapshot, self.spec, {p: s for p, s in pinned.items() if p in snapshot.online})
+            topology = self.adjust_topology(topology)
             t0 = time.perf_counter()
             schedule = plan(topology, PlanConfig(strategy=self.config.strategy, skip_ratio=self.spec.skip_ratio,
                                                  run=self.spec.run, epoch=epoch), self.config.seed + epoch)
@@ -136,6 +193,10 @@ class CoordinatorApp:
         schedule = dataclasses.replace(schedule, start_iteration=self._next_start_iteration())
         await self.records.put_schedule(schedule)
         self._adopt(schedule)
+        self.topology = topology
+        self.replans.append({"epoch": epoch, "published_at": time.time(), "start_iteration": schedule.start_iteration,
+                             "peers": len(topology.nodes),
+                             "membership_changed_at": time.time() - (time.monotonic() - self.membership.changed_at)})
         stages = {}
         for peer, stage in schedule.stage_of().items():
             stages.setdefault(stage, []).append(peer[:8])

@@ -3,11 +3,12 @@
 Subcommands: run (default), plan, simulate, topology.
 """
 import argparse
-import logging
 import sys
 
 from protocol.cli_support import OneLineErrorParser, positive_int, skip_ratio
 from protocol.ids import check_run_name
+from protocol.logsetup import add_logging_flags, setup_logging
+from protocol.settings import add_config_flag, apply_settings, port_or_off
 
 from coordinator import offline_cli
 from coordinator.config import CoordinatorConfig
@@ -21,7 +22,8 @@ Coordinate a SkipPipe Swarm training run, or plan and simulate schedules offline
   simulate   predict a schedule's iteration time (and draw it as a Gantt chart)
   topology   write a preset topology (geo, clusters, single)
 """
-SUBCOMMANDS = ("run", "plan", "simulate", "topology", "-h", "--help")
+DEFAULT_STATUS_PORT = 8321
+SUBCOMMANDS = ("run", "plan", "simulate", "topology", "eval", "-h", "--help")
 
 
 def run_name(text: str) -> str:
@@ -49,10 +51,16 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--announce-maddrs", nargs="+", default=[], metavar="MADDR")
     p.add_argument("--initial-peers", nargs="+", default=[], metavar="MADDR", help="join an existing DHT")
     p.add_argument("--min-peers", type=int, default=0, help="wait for this many peers before planning")
-    p.add_argument("--status-port", type=int, default=0, help="reserved for the HTTP status page")
+    p.add_argument("--status-port", type=port_or_off, default=DEFAULT_STATUS_PORT, metavar="PORT|off",
+                   help=f"HTTP status page, /api/status and /metrics (default: {DEFAULT_STATUS_PORT}; 0: any free port)")
+    p.add_argument("--status-host", default="127.0.0.1",
+                   help="address for the status page (default: 127.0.0.1; 0.0.0.0 to show it to others)")
     p.add_argument("--join-key", default="", metavar="FILE",
                    help="admit only peers holding this secret file (created, mode 0600, if missing)")
-    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument("--maddrs-file", default="", metavar="FILE",
+                   help="write the multiaddrs peers pass to --initial-peers into FILE once up (for scripts)")
+    add_logging_flags(p, "INFO")
+    add_config_flag(p)
     p.set_defaults(func=run_command)
 
 
@@ -64,20 +72,28 @@ def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
         microbatches_per_origin=args.microbatches, learning_rate=args.lr, warmup_steps=args.warmup,
         host_maddrs=tuple(args.host_maddrs), announce_maddrs=tuple(args.announce_maddrs),
         initial_peers=tuple(args.initial_peers), min_peers=args.min_peers, status_port=args.status_port,
+        status_host=args.status_host, maddrs_file=args.maddrs_file,
         join_key_path=args.join_key,
     )
 
 
 def run_command(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(args.log_level, args.log_format)
     from coordinator.app import run_coordinator  # hivemind only once the flags are valid
+    hivemind_logs_as(args.log_format)
     return run_coordinator(config_from_args(args))
+
+
+def hivemind_logs_as(log_format: str) -> None:
+    if log_format == "json":  # hivemind's own colored handler would bypass the JSON one
+        from hivemind.utils.logging import use_hivemind_log_handler
+        use_hivemind_log_handler("nowhere")
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineErrorParser(prog="skippipe-coordinator", description=DESCRIPTION,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="command", metavar="{run,plan,simulate,topology}",
+    sub = p.add_subparsers(dest="command", metavar="{run,plan,simulate,topology,eval}",
                            parser_class=OneLineErrorParser)
     add_run_arguments(sub.add_parser("run", help="coordinate a live run (default)",
                                      description="Coordinate a live SkipPipe training run."))
@@ -89,8 +105,16 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in SUBCOMMANDS:
         argv.insert(0, "run")  # `skippipe-coordinator --run X ...` means `run`
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    if argv[0] == "run":
+        apply_settings(run_parser(parser), argv[1:], "coordinator")
+    args = parser.parse_args(argv)
     return args.func(args)
+
+
+def run_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices["run"]
 
 
 if __name__ == "__main__":

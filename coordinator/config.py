@@ -22,5 +22,7 @@ class CoordinatorConfig:
     min_peers: int = 0                      # wait for this many peers before the first plan
     poll_interval_s: float = 1.0
     replan_hold_s: float = 1.0              # membership must be stable this long (hysteresis)
-    status_port: int = 0                    # reserved for the status page
+    status_port: int | None = None          # HTTP status page + /metrics; None: off, 0: any free port
+    status_host: str = "127.0.0.1"          # 0.0.0.0 to show the page to other machines
+    maddrs_file: str = ""                   # write the multiaddrs peers join with here (scripts, compose)
     join_key_path: str = ""                 # require this join secret of peers ("" = open run); created if missing

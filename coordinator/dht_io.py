@@ -19,6 +19,7 @@ from protocol.messages import ProgressRecord, RunSpec
 from protocol.owner import peer_id_of_subkey
 from protocol.records import decode_subkey_records
 from protocol.schedule import Schedule
+from protocol.spot_checks import SpotCheckRecord
 
 logger = logging.getLogger(__name__)
 DHT_TIMEOUT_S = 10.0
@@ -31,7 +32,7 @@ def record_validators(run: str) -> list:
     """The same record rules as peer/security/dht_guard.py (the coordinator may not import peer/):
     per-peer keys take only owned, signed subkeys with bounded values."""
     value = Optional[Dict[BytesWithPublicKey, pydantic.conbytes(strict=True, max_length=MAX_RECORD_BYTES)]]
-    keys = (ids.peers_key(run), ids.links_key(run), ids.progress_key(run))
+    keys = (ids.peers_key(run), ids.links_key(run), ids.progress_key(run), ids.spot_checks_key(run))
     schema = pydantic.create_model(f"SkipPipeRecords_{run}", **{k: (value, None) for k in keys})
     return [RSASignatureValidator(), SchemaValidator(schema, allow_extra_keys=True)]
 
@@ -92,3 +93,6 @@ class CoordinatorRecords:
 
     async def get_progress(self) -> dict[str, ProgressRecord]:
         return await self._subkeys(ids.progress_key(self.run), ProgressRecord)
+
+    async def get_spot_checks(self) -> dict[str, SpotCheckRecord]:
+        return await self._subkeys(ids.spot_checks_key(self.run), SpotCheckRecord)

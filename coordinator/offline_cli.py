@@ -7,6 +7,7 @@
 import argparse
 import json
 import random
+import subprocess
 import sys
 from fractions import Fraction
 from pathlib import Path
@@ -154,6 +155,20 @@ def cmd_topology(args) -> int:
     return 0
 
 
+def cmd_eval(args) -> int:
+    """The evaluation needs torch and the model: run it in a peer-side process, relay its result."""
+    cmd = [sys.executable, "-m", "peer.evaluate", "--checkpoint", args.checkpoint, "--omit", args.omit]
+    for flag, value in (("--run", args.run), ("--data", args.data)):
+        if value:
+            cmd += [flag, value]
+    if args.json:
+        cmd.append("--json")
+    try:
+        return subprocess.run(cmd).returncode
+    except KeyboardInterrupt:
+        return 130
+
+
 def register(subparsers) -> None:
     """Add the `plan`, `simulate` and `topology` subcommands to an argparse subparsers object."""
     p = subparsers.add_parser("plan", help="plan one iteration's schedule from a topology file",
@@ -194,6 +209,17 @@ def register(subparsers) -> None:
     t.add_argument("--param-mib-per-layer", type=float, default=0.0, help="for replica averaging; 0 = ignore")
     t.add_argument("--clusters", type=int, default=0, help="clusters preset: how many (0 = auto)")
     t.set_defaults(func=_guarded(cmd_topology))
+
+    e = subparsers.add_parser("eval", help="held-out perplexity of a checkpoint with stages omitted",
+                              description="Load a run's per-stage checkpoints and measure held-out perplexity "
+                                          "with all stages and with a fraction F of the non-stage-0 stages "
+                                          "omitted (random and worst-case choices). Runs python -m peer.evaluate.")
+    e.add_argument("--checkpoint", required=True, metavar="DIR", help="folder of <run>-stage<K>.pt files")
+    e.add_argument("--omit", default="0.5", metavar="F", help="fraction of the non-stage-0 stages to omit")
+    e.add_argument("--run", help="which run, if the folder holds several")
+    e.add_argument("--data", help="text file or folder (default: the embedded corpus)")
+    e.add_argument("--json", action="store_true", help="print one JSON object")
+    e.set_defaults(func=cmd_eval)
 
 
 def main(argv=None) -> int:

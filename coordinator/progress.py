@@ -63,7 +63,13 @@ class ProgressTracker:
         without reporting counts its `planned_for(i, peer)` microbatches as lost."""
         done = []
         if not self.started and self.reports:
-            self.next_iteration, self.started = min(self.reports), True
+            # (re)starting: from the first iteration every reporting origin still has (each
+            # keeps a bounded window, so older ones may be gone from some records)
+            firsts = {}
+            for i in sorted(self.reports):
+                for peer in self.reports[i]:
+                    firsts.setdefault(peer, i)
+            self.next_iteration, self.started = max(firsts.values()), True
         while True:
             got = self.reports.get(self.next_iteration, {})
             expected = origins_for(self.next_iteration)

@@ -1,11 +1,14 @@
 """When to (re-)plan: pure rules with hysteresis, so one flapping peer cannot cause a storm.
 
-- first plan: as soon as at least `min_peers` are online and the membership has been stable
-  for `hold_s` (peers usually arrive together);
-- re-plan: the online membership differs from the planned one and has been stable for
-  `hold_s`, and at least `min_gap_s` passed since the last plan.
+Each peer's presence is debounced on its own: a peer joins the planning membership once it
+has been online for `hold_s`, and leaves it once it has been gone for `hold_s`. A peer that
+flaps faster than that keeps its previous standing, and cannot delay the reaction to anyone
+else's arrival or death.
+- first plan: as soon as at least `min_peers` debounced members exist;
+- re-plan: the debounced membership differs from the planned one and at least `min_gap_s`
+  passed since the last plan (so even a slowly flapping peer costs at most one plan per gap).
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -18,21 +21,35 @@ class ReplanPolicy:
 @dataclass
 class MembershipTracker:
     policy: ReplanPolicy
-    members: frozenset[str] = frozenset()
-    changed_at: float = 0.0
+    members: frozenset[str] = frozenset()     # debounced
+    changed_at: float = 0.0                   # when `members` last changed
     planned: frozenset[str] | None = None
     planned_at: float = float("-inf")
+    seen: dict[str, tuple[bool, float]] = field(default_factory=dict)   # raw presence, since when
 
-    def observe(self, members: frozenset[str], now: float) -> None:
+    def observe(self, online: frozenset[str], now: float) -> None:
+        for peer in set(online) | set(self.seen):
+            present = peer in online
+            if peer not in self.seen or self.seen[peer][0] != present:
+                self.seen[peer] = (present, now)
+        self._refresh(now)
+
+    def _refresh(self, now: float) -> None:
+        hold = self.policy.hold_s
+        members = frozenset(p for p, (present, since) in self.seen.items()
+                            if (present and now - since >= hold)
+                            or (not present and now - since < hold and p in self.members))
+        for p in [p for p, (present, since) in self.seen.items() if not present and now - since > 10 * hold]:
+            del self.seen[p]   # long gone: forget
         if members != self.members:
             self.members, self.changed_at = members, now
 
     def should_plan(self, now: float) -> bool:
+        self._refresh(now)
         if self.members == self.planned or len(self.members) < self.policy.min_peers:
-            return False
-        if now - self.changed_at < self.policy.hold_s:
             return False
         return self.planned is None or now - self.planned_at >= self.policy.min_gap_s
 
     def planned_now(self, now: float) -> None:
+        self._refresh(now)
         self.planned, self.planned_at = self.members, now

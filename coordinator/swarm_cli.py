@@ -11,10 +11,15 @@ import tempfile
 import time
 from pathlib import Path
 
+from protocol.errors import ProtocolError
+from protocol.topology import load_topology
 from protocol.cli_support import OneLineErrorParser, fail_usage, positive_int, skip_ratio
+from protocol.logsetup import add_logging_flags, setup_logging
+from protocol.settings import add_config_flag, apply_settings, port_or_off
 
 from coordinator.chaos_spec import ChaosSpecError, parse_chaos
 from coordinator.config import CoordinatorConfig
+from coordinator.emulated_topology import assign_nodes, with_emulated_links
 from coordinator.local_swarm import start_peer, stop_processes
 from coordinator.progress import IterationSummary
 
@@ -47,14 +52,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--summary-json", type=Path, metavar="FILE", help="write the run summary as JSON")
     p.add_argument("--logs-dir", type=Path, help="keep peer logs here (default: a temporary folder)")
     p.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds (default: 900)")
-    p.add_argument("--status-port", type=int, default=0, help="reserved for the status page (a later release)")
+    p.add_argument("--status-port", type=port_or_off, default=None, metavar="PORT|off",
+                   help="serve the coordinator's status page on 127.0.0.1:PORT (0: any free port; default: off)")
+    p.add_argument("--announce-period", type=float, default=1.5, metavar="S",
+                   help="peers' advert period; a peer is taken as departed after twice this (default: 1.5; "
+                        "raise it on a heavily loaded machine, where late adverts look like departures)")
+    p.add_argument("--topology", type=Path, metavar="T.json",
+                   help="emulate this topology file's links and compute slowdowns (one peer per node; "
+                        "--peers defaults to its node count); the coordinator plans with its links")
     p.add_argument("--join-key", type=Path, metavar="FILE",
                    help="require this join secret (created if missing) and give it to every peer")
     p.add_argument("--chaos", default="", metavar="SPEC",
                    help="inject faults to watch recovery, e.g. kill:1@iter3,stall:2@iter5 (peer index, "
                         "iteration; kill:P@iterN:backward kills mid-backward). Peers then get stages "
                         "round-robin (peer P hosts stage P mod --stages) so you know whom you hit")
-    p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    add_logging_flags(p, "WARNING")
+    add_config_flag(p)
     return p
 
 
@@ -79,7 +92,13 @@ class ProgressPrinter:
         print(line, flush=True)
 
 
-def summary_dict(summaries: list[IterationSummary], args, wall_s: float) -> dict:
+def iteration_rows(summaries: list[IterationSummary]) -> list[dict]:
+    return [{"iteration": s.iteration, "epoch": s.epoch, "loss": s.loss, "started_at": s.started_at,
+             "duration_s": s.duration_s, "completed": s.completed, "rerouted": s.rerouted,
+             "skipped_stage": s.skipped_stage, "reissued": s.reissued, "lost": s.lost} for s in summaries]
+
+
+def summary_dict(summaries: list[IterationSummary], args, wall_s: float, replans: list[dict] = ()) -> dict:
     tokens = sum(s.tokens for s in summaries)
     busy = sum(s.duration_s for s in summaries)
     return {
@@ -95,17 +114,21 @@ def summary_dict(summaries: list[IterationSummary], args, wall_s: float) -> dict
         "wall_s": wall_s,
         "microbatches": {k: sum(getattr(s, k) for s in summaries)
                          for k in ("completed", "rerouted", "skipped_stage", "reissued", "lost")},
+        "iterations": iteration_rows(summaries),
+        "replans": list(replans),
     }
 
 
 async def run_swarm(args) -> int:
     from coordinator.app import CoordinatorApp  # hivemind: only once the flags are valid
+    from coordinator.cli import hivemind_logs_as
+    hivemind_logs_as(args.log_format)
     config = CoordinatorConfig(
         run=args.run, model=args.model, num_stages=args.stages, skip_ratio=args.skip, strategy=args.strategy,
         seed=args.seed, max_steps=args.steps, microbatch_samples=args.microbatch_samples, seq_len=args.seq_len,
         microbatches_per_origin=args.microbatches, learning_rate=args.lr,
         host_maddrs=("/ip4/127.0.0.1/tcp/0",), min_peers=args.peers,
-        join_key_path=str(args.join_key) if args.join_key else "")
+        join_key_path=str(args.join_key) if args.join_key else "", status_port=args.status_port)
     printer = ProgressPrinter(args.steps, args.stages)
     app = CoordinatorApp(config, on_iteration=printer)
     loop = asyncio.get_running_loop()
@@ -113,20 +136,34 @@ async def run_swarm(args) -> int:
         loop.add_signal_handler(sig, app.stop.set)
     logs = args.logs_dir or Path(tempfile.mkdtemp(prefix="skippipe-swarm-"))
     logs.mkdir(parents=True, exist_ok=True)
+    emulated = []   # (node id, identity file) per peer, with --topology
+    if args.topology_data is not None:
+        emulated, node_map, map_path = assign_nodes(args.topology_data, logs / "emulation")
+        app.adjust_topology = lambda t: with_emulated_links(t, args.topology_data, node_map)
+        print(f"emulating {args.topology} ({len(emulated)} nodes) on the peers' links", flush=True)
     coordinator = asyncio.create_task(app.run())
     peers = []
     started = time.monotonic()
     try:
         await asyncio.wait_for(app.ready.wait(), timeout=60)
         print(f"coordinator up at {app.maddrs[0]}; starting {args.peers} peers (logs in {logs})", flush=True)
+        if app.http is not None:
+            print(f"status page: {app.http.url}", flush=True)
         for i in range(args.peers):
             peer_args = ["--initial-peers", *app.maddrs, "--run", args.run, "--device", "cpu",
                          "--host-maddrs", "/ip4/127.0.0.1/tcp/0", "--log-level", args.log_level,
-                         "--public-name", f"local-{i}"]
+                         "--log-format", args.log_format,
+                         "--public-name", f"local-{i}", "--announce-period", str(args.announce_period)]
             if args.checkpoint_dir:
                 peer_args += ["--checkpoint-dir", str(args.checkpoint_dir)]
             if args.join_key:
                 peer_args += ["--join-key", str(args.join_key)]
+            if emulated:
+                node_id, identity = emulated[i]
+                peer_args += ["--identity", str(identity), "--topology", str(args.topology), "--node-id", node_id,
+                              "--node-map", str(map_path)]
+                if args.topology_data.nodes[i].stage >= 0 and not args.chaos:
+                    peer_args += ["--stage", str(args.topology_data.nodes[i].stage)]
             if args.chaos:
                 peer_args += ["--stage", str(i % args.stages)]
                 if i in args.faults:
@@ -140,7 +177,8 @@ async def run_swarm(args) -> int:
         app.stop.set()
         await asyncio.gather(coordinator, return_exceptions=True)
         await asyncio.to_thread(stop_processes, peers)
-    summary = summary_dict(app.summaries, args, time.monotonic() - started)
+    summary = summary_dict(app.summaries, args, time.monotonic() - started, app.replans)
+    summary["predicted_iteration_s"] = app.schedule.predicted_iteration_s if app.schedule else None
     print(f"done: {summary['steps']} iterations, loss {summary['first_loss']} -> {summary['last_loss']}, "
           f"{summary['tokens_per_s']:.0f} tokens/s, microbatches {summary['microbatches']}", flush=True)
     if args.summary_json:
@@ -152,14 +190,29 @@ async def run_swarm(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    apply_settings(parser, argv, "swarm")
+    args = parser.parse_args(argv)
+    if not args.announce_period > 0:
+        return fail_usage("skippipe-swarm", f"--announce-period must be > 0, got {args.announce_period}")
+    args.topology_data = None
+    if args.topology is not None:
+        try:
+            args.topology_data = load_topology(args.topology)
+        except ProtocolError as exc:
+            return fail_usage("skippipe-swarm", f"--topology: {exc}")
+        nodes = len(args.topology_data.nodes)
+        if any(a == "--peers" or a.startswith("--peers=") for a in argv) and args.peers != nodes:
+            return fail_usage("skippipe-swarm", f"--topology has {nodes} nodes, one per peer, but --peers is {args.peers}")
+        args.peers = nodes
     if args.stages > args.peers:
         return fail_usage("skippipe-swarm", f"--stages {args.stages} needs at least as many --peers (got {args.peers})")
     try:
         args.faults = parse_chaos(args.chaos, args.peers)
     except ChaosSpecError as exc:
         return fail_usage("skippipe-swarm", str(exc))
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(args.log_level, args.log_format)
     return asyncio.run(run_swarm(args))
 
 

@@ -15,6 +15,34 @@ class NotPlannable(Exception):
     """The swarm cannot be planned yet (the message says why)."""
 
 
+class BanList:
+    """Peers that failed spot checks, kept out of planning for the rest of the run.
+
+    A peer is banned after `failures_to_ban` failed checks reported by at least
+    `reporters_to_ban` distinct members, so one lying reporter cannot ban an honest peer alone
+    (set reporters_to_ban=1 for swarms with a single replica per stage to check)."""
+
+    def __init__(self, failures_to_ban: int = 2, reporters_to_ban: int = 2):
+        self.failures_to_ban, self.reporters_to_ban = failures_to_ban, reporters_to_ban
+        self._failures: dict[str, set[tuple]] = {}
+        self.banned: dict[str, str] = {}       # peer id -> reason, for the status page
+
+    def observe(self, reporter: str, reports) -> list[str]:
+        """Add one member's reports; returns peers banned just now. Self-reports are ignored."""
+        newly = []
+        for r in reports:
+            if r.passed or r.checker != reporter or r.suspect == reporter or r.suspect in self.banned:
+                continue
+            seen = self._failures.setdefault(r.suspect, set())
+            seen.add((reporter, r.epoch, r.iteration, r.microbatch_id))
+            reporters = {x[0] for x in seen}
+            if len(seen) >= self.failures_to_ban and len(reporters) >= self.reporters_to_ban:
+                self.banned[r.suspect] = (f"failed {len(seen)} spot checks (from {len(reporters)} peers; "
+                                          f"last relative error {r.relative_error:.3g})")
+                newly.append(r.suspect)
+        return newly
+
+
 @dataclass(frozen=True)
 class SwarmSnapshot:
     adverts: dict[str, PeerAdvert]

@@ -7,12 +7,16 @@ import time
 
 from hivemind import DHT
 
+from opsweb.server import StatusServer
+
 from protocol.adverts import LinkReport, PeerAdvert, PeerState
 from protocol.errors import ProtocolError
 from protocol.messages import IterationReport, MicrobatchCounts, ProgressRecord, RunSpec
 
 from peer.config import PeerConfig
+from peer.emulation import EmulationError, emulate
 from peer.security.guard import PeerGuard
+from peer.security.limits import coalesced
 from peer.discovery.announcer import Announcer
 from peer.discovery.link_prober import measure_link
 from peer.pipeline.checkpoint import CheckpointStore
@@ -20,6 +24,8 @@ from peer.pipeline.handlers import WorkHandlers
 from peer.pipeline.schedule_book import ScheduleBook, StaleSchedule
 from peer.chaos import make_hook, parse_faults
 from peer.pipeline.worker import IterationOutcome, PipelineWorker, WorkerSettings
+from peer.metrics import MeteredTransport, PeerMetrics, metrics_routes
+from peer.reachability import run_self_test
 from peer.status import status_line
 from peer.transport.hivemind_p2p import HivemindTransport
 from peer.transport.rpc import RpcClient, RpcServer
@@ -51,6 +57,8 @@ class PeerApp:
         self.stop = asyncio.Event()
         self.advert_state = PeerState.JOINING
         self.reports: collections.deque[IterationReport] = collections.deque(maxlen=REPORTS_KEPT)
+        self.metrics = PeerMetrics()       # read by /metrics; the worker is never touched
+        self.reachability = None           # the start-up self-test's Reachability
 
     async def run(self) -> int:
         try:
@@ -69,14 +77,19 @@ class PeerApp:
     async def _run_with(self, dht: DHT) -> int:
         cfg = self.config
         p2p = await dht.replicate_p2p()
-        transport = HivemindTransport(p2p)
+        try:  # the link emulator (testing only; off without --topology) sits under the metrics
+            inner, self.emulation = emulate(HivemindTransport(p2p), cfg.topology, cfg.node_id, cfg.node_map)
+        except EmulationError as exc:
+            raise StartupError(str(exc)) from None
+        transport = MeteredTransport(inner, self.metrics)
         me = transport.peer_id
         self.records = self.guard.records(dht, me)
         spec = await self._wait_for_spec()
         logger.info("joined run %r (model %s, %d stages, skip %.2f) as %s", spec.run, spec.model,
                     spec.num_stages, spec.skip_ratio, me)
         from peer.runtime import RuntimeFactory  # torch and the model: after the DHT exists
-        runtime = await asyncio.to_thread(RuntimeFactory, spec, cfg)
+        slowdown = self.emulation.slowdown if self.emulation else 1.0
+        runtime = await asyncio.to_thread(RuntimeFactory, spec, cfg, slowdown)
         maddrs = tuple(str(a) for a in dht.get_visible_maddrs())
         self.announcer = Announcer(self.records, self.guard.sign_advert(runtime.advert(me, maddrs)),
                                    cfg.announce_period_s)
@@ -86,22 +99,31 @@ class PeerApp:
         self.worker = PipelineWorker(
             me, spec, self.rpc, self.book, runtime.make_runner, runtime.batch,
             WorkerSettings(max_activations=cfg.max_activations, rpc_timeout_s=cfg.rpc_timeout_s,
-                           iteration_timeout_s=cfg.iteration_timeout_s),
+                           iteration_timeout_s=cfg.iteration_timeout_s,
+                           # emulated links delay every heartbeat by up to two latencies
+                           ping_timeout_s=1.5 + 2 * (self.emulation.max_latency_s if self.emulation else 0.0)),
             on_iteration=self._on_iteration, checkpoints=checkpoints)
+        self.worker.slowdown = slowdown  # an emulated slower device: compute takes x slowdown
         if cfg.fault:
             logger.warning("FAULT INJECTION ON: %s", cfg.fault)
             self.worker.fault_hook = make_hook(parse_faults(cfg.fault),
                                                lambda f: setattr(self.worker, "slowdown", f))
         server = self.guard.rpc_server(self.records, RpcServer)
-        WorkHandlers(self.worker, self.refresh_schedule).register(server)
+        WorkHandlers(self.worker, coalesced(self.refresh_schedule)).register(server)
         await transport.serve(server.handle)
+        self.reachability = await run_self_test(p2p, bool(cfg.announce_maddrs))
+        self.announcer.update(reachability=self.reachability.verdict)   # shown on the status page
+        http = None
         self.announcer.update(state=PeerState.ONLINE)
         self.advert_state = PeerState.ONLINE
         try:
+            http = await self._start_metrics()
             await self._serve_until_stopped()
         finally:
             await self.announcer.go_offline()
             await transport.close()
+            if http is not None:
+                await http.close()
         return 0
 
     async def _serve_until_stopped(self) -> None:
@@ -122,6 +144,18 @@ class PeerApp:
             for task in (*background, work, stopper):
                 task.cancel()
             await asyncio.gather(*background, work, stopper, return_exceptions=True)
+
+    async def _start_metrics(self) -> StatusServer | None:
+        if self.config.metrics_port is None:
+            return None
+        http = StatusServer(metrics_routes(self), self.config.metrics_host, self.config.metrics_port)
+        try:
+            await http.start()
+        except OSError as exc:
+            raise StartupError(f"cannot serve metrics on {self.config.metrics_host}:{self.config.metrics_port}: "
+                               f"{exc.strerror}; pick another --metrics-port (0: any free port)") from None
+        logger.info("metrics at %smetrics, status at %sapi/status", http.url, http.url)
+        return http
 
     async def _wait_for_spec(self) -> RunSpec:
         deadline = time.monotonic() + SPEC_WAIT_S
@@ -199,7 +233,8 @@ class PeerApp:
     async def _print_status(self) -> None:
         while True:
             await asyncio.sleep(self.config.status_interval_s)
-            print(status_line(self.worker, self.announcer.advert.peer_id, self.advert_state.name), flush=True)
+            print(status_line(self.worker, self.announcer.advert.peer_id, self.advert_state.name,
+                              self.reachability.verdict if self.reachability else ""), flush=True)
 
     async def _on_iteration(self, outcome: IterationOutcome) -> None:
         if not self.worker.runner.is_origin:

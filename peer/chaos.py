@@ -7,6 +7,7 @@ SPEC is one or more comma-separated faults:
   stall@N[:F]     from iteration N on, every compute task takes F times as long (default 10)
 A kill is a real `kill -9` of our own process: no goodbye, no OFFLINE advert.
 """
+import math
 import os
 import signal
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ def parse_faults(spec: str) -> list[Fault]:
     for part in filter(None, (p.strip() for p in spec.split(","))):
         action, _, rest = part.partition("@")
         at, _, arg = rest.partition(":")
-        if action not in ("kill", "stall") or not at.isdigit():
+        if action not in ("kill", "stall") or not (at.isascii() and at.isdigit()):
             raise FaultSpecError(f"bad fault {part!r}: expected kill@N[:forward|backward|between] or stall@N[:FACTOR]")
         if action == "kill":
             when = arg or "forward"
@@ -45,7 +46,7 @@ def parse_faults(spec: str) -> list[Fault]:
                 factor = float(arg) if arg else 10.0
             except ValueError:
                 raise FaultSpecError(f"bad fault {part!r}: the stall factor must be a number") from None
-            if factor < 1:
+            if not math.isfinite(factor) or factor < 1:
                 raise FaultSpecError(f"bad fault {part!r}: the stall factor must be >= 1")
             faults.append(Fault("stall", int(at), factor=factor))
     return faults

@@ -1,14 +1,17 @@
 """`skippipe-peer`: join a SkipPipe swarm and serve one pipeline stage."""
 import argparse
-import logging
 import sys
 from pathlib import Path
 
 from protocol.cli_support import EXIT_USAGE, OneLineErrorParser, positive_int
 from protocol.ids import check_run_name
+from protocol.logsetup import add_logging_flags, setup_logging
+from protocol.settings import add_config_flag, apply_settings, port_or_off
 
 from peer.chaos import FaultSpecError, parse_faults
 from peer.config import STAGE_AUTO, PeerConfig
+
+WIRE_CHOICES = ("auto", "float32", "bfloat16", "float16")   # = peer.compute.precision's (no torch here)
 
 DESCRIPTION = """\
 Join a SkipPipe Swarm training run as a volunteer peer.
@@ -38,6 +41,16 @@ def stage_arg(text: str) -> int:
     return value
 
 
+def positive_rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
 def run_name(text: str) -> str:
     try:
         return check_run_name(text)
@@ -51,6 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
     dev = p.add_mutually_exclusive_group()
     dev.add_argument("--gpu", type=int, metavar="N", help="use CUDA device N")
     dev.add_argument("--device", default="cpu", help="torch device when --gpu is not given (default: cpu)")
+    p.add_argument("--max-vram", type=vram_size, default=0, metavar="SIZE",
+                   help="GPU memory this peer may use, e.g. 12GB (default: the whole GPU); reserved at start")
+    p.add_argument("--wire-dtype", choices=WIRE_CHOICES, default="auto",
+                   help="dtype of activations sent to other peers (default auto: bfloat16 on GPU, float32 on CPU)")
     p.add_argument("--initial-peers", nargs="+", required=True, metavar="MADDR",
                    help="multiaddr(s) of a running coordinator or peer, as printed by skippipe-coordinator")
     p.add_argument("--run", type=run_name, default="default", help="training run to join (default: default)")
@@ -77,12 +94,30 @@ def build_parser() -> argparse.ArgumentParser:
                    help="keep this peer's key (its peer id) in FILE, created with mode 0600 if missing "
                         "(default: a new identity each start)")
     p.add_argument("--join-key", type=Path, metavar="FILE", help="the run's join secret, if it requires one")
-    p.add_argument("--max-requests-per-s", type=float, default=100.0, metavar="R",
+    p.add_argument("--max-requests-per-s", type=positive_rate, default=100.0, metavar="R",
                    help="requests per second accepted from one peer before answering OVERLOADED (default: 100)")
     p.add_argument("--fault", type=fault_spec, default="", metavar="SPEC",
                    help="testing only: inject faults, e.g. kill@3:backward or stall@5:10 (see peer/chaos.py)")
-    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument("--metrics-port", type=port_or_off, default=None, metavar="PORT|off",
+                   help="serve Prometheus /metrics and /api/status on this port (0: any free port; default: off)")
+    p.add_argument("--metrics-host", default="127.0.0.1",
+                   help="address for --metrics-port (default: 127.0.0.1; 0.0.0.0 to expose it)")
+    p.add_argument("--topology", type=Path, metavar="FILE",
+                   help="testing: emulate the links and compute slowdown of this topology file (needs --node-id)")
+    p.add_argument("--node-id", default="", metavar="ID", help="which node of --topology this peer is")
+    p.add_argument("--node-map", type=Path, metavar="FILE",
+                   help="JSON {peer id: node id} naming the other peers' nodes (skippipe-swarm writes it)")
+    add_logging_flags(p, "INFO")
+    add_config_flag(p)
     return p
+
+
+def vram_size(text: str) -> int:
+    from peer.compute.device import parse_vram
+    try:
+        return parse_vram(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def fault_spec(text: str) -> str:
@@ -94,7 +129,8 @@ def fault_spec(text: str) -> str:
 
 
 def config_from_args(args: argparse.Namespace) -> PeerConfig:
-    device = f"cuda:{args.gpu}" if args.gpu is not None else args.device
+    from peer.compute.device import parse_device  # torch: only once the flags parsed
+    device = str(parse_device(args.gpu, args.device))
     return PeerConfig(
         initial_peers=tuple(args.initial_peers), run=args.run, device=device, stage=args.stage,
         host_maddrs=tuple(args.host_maddrs), announce_maddrs=tuple(args.announce_maddrs),
@@ -103,16 +139,31 @@ def config_from_args(args: argparse.Namespace) -> PeerConfig:
         status_interval_s=args.status_interval, torch_threads=args.threads,
         public_name=args.public_name, benchmark=not args.no_benchmark,
         identity_path=args.identity, join_key_path=args.join_key, max_requests_per_s=args.max_requests_per_s,
-        fault=args.fault,
+        fault=args.fault, metrics_port=args.metrics_port, metrics_host=args.metrics_host,
+        topology=args.topology, node_id=args.node_id, node_map=args.node_map,
+        max_vram_bytes=args.max_vram, wire_dtype=args.wire_dtype,
     )
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)
-    config = config_from_args(args)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    apply_settings(parser, argv, "peer")
+    args = parser.parse_args(argv)
+    setup_logging(args.log_level, args.log_format)
+    from peer.compute.device import DeviceError, check_device
+    try:  # a missing, busy or out-of-range GPU: one line and exit 2, before joining anything
+        config = config_from_args(args)
+        check_device(config.device, config.max_vram_bytes)
+    except DeviceError as exc:
+        print(f"skippipe-peer: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if bool(args.topology) != bool(args.node_id):
+        parser.error("--topology and --node-id go together (which node of the topology is this peer?)")
     from peer.app import run_peer  # heavy imports (torch, hivemind) only after the flags are valid
+    if args.log_format == "json":  # hivemind's own colored handler would bypass the JSON one
+        from hivemind.utils.logging import use_hivemind_log_handler
+        use_hivemind_log_handler("nowhere")
     return run_peer(config)
 
 

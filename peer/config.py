@@ -10,6 +10,8 @@ class PeerConfig:
     initial_peers: tuple[str, ...]
     run: str = "default"
     device: str = "cpu"                       # "cpu" or "cuda:N"
+    max_vram_bytes: int = 0                   # --max-vram: cap on GPU memory; 0 = the whole GPU
+    wire_dtype: str = "auto"                  # activations on the wire; auto = compute dtype (bf16 on CUDA)
     stage: int = STAGE_AUTO                   # STAGE_AUTO: the coordinator assigns one
     host_maddrs: tuple[str, ...] = ("/ip4/0.0.0.0/tcp/0",)
     announce_maddrs: tuple[str, ...] = ()
@@ -29,4 +31,9 @@ class PeerConfig:
     join_key_path: Path | None = None         # the run's join secret, when it requires one
     max_requests_per_s: float = 100.0         # per remote peer (token bucket; burst = 2 s worth)
     fault: str = ""                           # chaos testing: see peer/chaos.py
+    metrics_port: int | None = None           # /metrics and /api/status; None: off, 0: any free port
+    metrics_host: str = "127.0.0.1"           # 0.0.0.0 to let a Prometheus elsewhere scrape it
     max_request_mb: int = 256                 # largest streamed tensor, and all half-received streams together
+    topology: Path | None = None              # emulate this topology file's links (peer/emulation.py)
+    node_id: str = ""                         # which node of --topology this peer is
+    node_map: Path | None = None              # peer id -> node id of the other peers

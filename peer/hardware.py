@@ -6,6 +6,7 @@ is enough because all layers of a config are the same shape.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import time
@@ -81,8 +82,9 @@ def _sync(dev: torch.device) -> None:
 
 
 def measure_layer(config: ModelConfig, device: str, samples: int, seq_len: int,
-                  reps: int, warmup: int) -> tuple[float, float]:
-    """Median seconds of one layer's forward and of forward+backward -> (fwd, bwd) per sample."""
+                  reps: int, warmup: int, autocast: torch.dtype | None = None) -> tuple[float, float]:
+    """Median seconds of one layer's forward and of forward+backward -> (fwd, bwd) per sample.
+    autocast: the dtype the stage really computes in (bf16 on CUDA), so the figure is the device's."""
     dev = torch.device(device)
     block = new_block(config, 0, 0).to(dev)
     cos, sin = (t[:seq_len].to(dev) for t in rotary_tables(config.head_dim, seq_len,
@@ -92,7 +94,8 @@ def measure_layer(config: ModelConfig, device: str, samples: int, seq_len: int,
     for i in range(warmup + reps):
         _sync(dev)
         t0 = time.perf_counter()
-        y = block(x, cos, sin)
+        with (torch.autocast(dev.type, dtype=autocast) if autocast else contextlib.nullcontext()):
+            y = block(x, cos, sin)
         _sync(dev)
         t1 = time.perf_counter()
         y.backward(torch.ones_like(y))
@@ -110,7 +113,8 @@ def measure_layer(config: ModelConfig, device: str, samples: int, seq_len: int,
 
 def benchmark_layer(config: ModelConfig | str, device: str | None = None, *, samples: int = 2,
                     seq_len: int | None = None, reps: int = 3, warmup: int = 1,
-                    cache_dir: str | Path | None = None, use_cache: bool = True) -> LayerBenchmark:
+                    cache_dir: str | Path | None = None, use_cache: bool = True,
+                    autocast: torch.dtype | None = None) -> LayerBenchmark:
     """Benchmark one layer forward+backward; cached under cache_dir (default ~/.cache/...).
 
     use_cache=False measures afresh (the --no-cache bypass) and still refreshes the cache.
@@ -122,14 +126,14 @@ def benchmark_layer(config: ModelConfig | str, device: str | None = None, *, sam
         raise ValueError("need 1 <= seq_len <= max_seq_len, samples >= 1, reps >= 1, warmup >= 0")
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     path = cache / "layer_benchmarks.json"
-    key = f"{cfg.name}|{dev}|{torch.__version__}|{samples}x{seq_len}"
+    key = f"{cfg.name}|{dev}|{torch.__version__}|{samples}x{seq_len}" + (f"|{autocast}" if autocast else "")
     entries = _read_cache(path)
     if use_cache and isinstance(entries.get(key), dict):
         try:
             return LayerBenchmark(**{**entries[key], "cached": True})
         except TypeError:                     # an older or hand-edited entry: re-measure
             pass
-    fwd, bwd = measure_layer(cfg, dev, samples, seq_len, reps, warmup)
+    fwd, bwd = measure_layer(cfg, dev, samples, seq_len, reps, warmup, autocast)
     result = LayerBenchmark(cfg.name, dev, torch.__version__, samples, seq_len, fwd, bwd)
     entries[key] = {k: v for k, v in asdict(result).items() if k != "cached"}
     _write_cache(path, entries)

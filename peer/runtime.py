@@ -8,6 +8,9 @@ from protocol.adverts import PeerAdvert, PeerState
 from protocol.messages import RunSpec
 
 from peer import hardware
+from peer.compute import device as devices
+from peer.compute import precision
+from peer.compute.host_buffers import DeviceIO
 from peer.compute.model import get_config
 from peer.compute.runner import StageRunner
 from peer.compute.stages import layer_ranges
@@ -19,22 +22,43 @@ BYTES_PER_FLOAT = 4
 
 
 class RuntimeFactory:
-    def __init__(self, spec: RunSpec, config: PeerConfig):
+    def __init__(self, spec: RunSpec, config: PeerConfig, slowdown: float = 1.0):
         torch.set_num_threads(config.torch_threads)
         self.spec, self.config = spec, config
         self.model = get_config(spec.model)
         self.device = hardware.probe_device(config.device)
+        self.precision = precision.resolve(config.device, config.wire_dtype)
+        self.reserved_bytes = self._reserve()
         if config.benchmark:
             bench = hardware.benchmark_layer(self.model, config.device, samples=spec.microbatch_samples,
                                              seq_len=min(spec.seq_len, self.model.max_seq_len),
-                                             cache_dir=config.cache_dir)
+                                             cache_dir=config.cache_dir, autocast=self.precision.autocast)
             self.fwd_s_per_layer_sample = bench.fwd_s_per_layer_sample
             logger.info("one layer forward: %.2f ms per sample on %s%s", 1000 * bench.fwd_s_per_layer_sample,
                         self.device.name, " (cached)" if bench.cached else "")
         else:
             self.fwd_s_per_layer_sample = 0.01
+        # an emulated slow device (--topology) computes `slowdown` times slower: advertise that
+        self.fwd_s_per_layer_sample *= slowdown
         self._train: TextDataset | None = None
         self._shards: dict[tuple[int, int], TextDataset] = {}
+
+    def _reserve(self) -> int:
+        """Hold the largest stage's memory now (GPU only), so a long run cannot OOM later."""
+        spec, dev = self.spec, torch.device(self.config.device)
+        ranges = layer_ranges(self.model.n_layers, spec.num_stages, spec.stage_sizes)
+        budget = max(devices.stage_budget(self.model, end - start, s == 0, spec.microbatch_samples,
+                                          spec.seq_len, self.config.max_activations,
+                                          self.precision.autocast is not None)
+                     for s, (start, end) in enumerate(ranges))
+        try:
+            reserved = devices.reserve(dev, budget, self.config.max_vram_bytes)
+        except devices.DeviceError as exc:
+            from peer.app import StartupError  # one line and exit 1, not a traceback
+            raise StartupError(str(exc)) from None
+        if reserved:
+            logger.info("reserved %s on %s; %s", devices.gib(reserved), dev, self.precision.describe())
+        return reserved
 
     def advert(self, peer_id: str, maddrs: tuple[str, ...]) -> PeerAdvert:
         m, spec = self.model, self.spec
@@ -54,7 +78,9 @@ class RuntimeFactory:
         if not 0 <= stage < self.spec.num_stages:
             raise ValueError(f"stage {stage} does not exist in a run with {self.spec.num_stages} stages")
         return StageRunner.from_spec(self.spec, stage, max_stash=self.config.max_activations,
-                                     stash_ttl_s=self.config.activation_ttl_s, device=self.config.device)
+                                     stash_ttl_s=self.config.activation_ttl_s, device=self.config.device,
+                                     autocast_dtype=self.precision.autocast,
+                                     io=DeviceIO(self.config.device, self.precision))
 
     def batch(self, iteration: int, local: int, shard: int, shards: int):
         """The deterministic batch `local` of `iteration` from data shard `shard` of `shards`."""

@@ -1,8 +1,8 @@
-"""The peer's periodic one-line status."""
+"""The peer's periodic one-line status, and the same facts as a dict for /api/status."""
 from peer.pipeline.worker import PipelineWorker
 
 
-def status_line(worker: PipelineWorker, peer_id: str, state: str) -> str:
+def status_line(worker: PipelineWorker, peer_id: str, state: str, reach: str = "") -> str:
     stage = "-" if worker.stage is None else str(worker.stage)
     last = worker.history[-1] if worker.history else None
     parts = [f"peer {peer_id[:12]}", f"state={state}", f"stage={stage}", f"iteration={worker.iteration}",
@@ -14,4 +14,24 @@ def status_line(worker: PipelineWorker, peer_id: str, state: str) -> str:
         parts.append(f"last_iter={took:.2f}s")
         if last.samples:
             parts.append(f"loss={last.loss_sum / last.samples:.3f}")
+    if reach:
+        parts.append(f"reach={reach}")
     return " ".join(parts)
+
+
+def status_dict(app) -> dict:
+    """What /api/status on the peer shows; works at any point of start-up."""
+    worker = getattr(app, "worker", None)
+    reach = app.reachability.as_dict() if app.reachability is not None else None
+    if reach is not None:
+        reach["inbound_peers"] = len(app.metrics.inbound_peers)
+    out = {"state": app.advert_state.name, "run": app.config.run, "device": app.config.device,
+           "reachability": reach}
+    if worker is not None:
+        last = worker.history[-1] if worker.history else None
+        out.update(peer_id=worker.me, stage=worker.stage, iteration=worker.iteration, inbox=len(worker.inbox),
+                   last_iteration_s=(last.finished_at - last.started_at) if last else None,
+                   last_loss=(last.loss_sum / last.samples) if last and last.samples else None,
+                   microbatches={k: sum(o.counts.get(k, 0) for o in worker.history)
+                                 for k in ("completed", "rerouted", "skipped_stage", "reissued", "lost")})
+    return out

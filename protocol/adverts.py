@@ -36,6 +36,7 @@ class PeerAdvert:
     activation_bytes_per_sample: int = 0
     param_bytes_per_layer: int = 0
     member_proof: bytes = b""         # HMAC(join key, run, peer_id) when the run needs a join key
+    reachability: str = ""            # the peer's start-up self-test verdict (peer/reachability.py)
 
     def __post_init__(self):
         if self.memory_free_bytes < 0:
@@ -48,6 +49,8 @@ class PeerAdvert:
             raise FieldError("layer_end", "layer range must satisfy 0 <= start <= end")
         if self.memory_microbatches < 1:
             raise FieldError("memory_microbatches", "must be >= 1")
+        if len(self.reachability) > 32:
+            raise FieldError("reachability", "at most 32 characters")
 
 
 @dataclass(frozen=True)

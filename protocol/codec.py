@@ -13,6 +13,7 @@ from protocol.adverts import LinkReport, PeerAdvert
 from protocol.errors import DecodeError, MessageTooLarge, ProtocolError, UnknownMessageType
 from protocol.plain import from_plain, to_plain
 from protocol.schedule import Schedule
+from protocol.spot_checks import SpotCheckRecord, SpotCheckReference, SpotCheckReport, SpotCheckRequest
 from protocol.tensors import TensorChunk
 from protocol.version import PROTOCOL_VERSION, check_compatible
 
@@ -36,9 +37,15 @@ TYPE_CODES: dict[type, int] = {
     m.IterationDone: 21,
     m.MicrobatchFailed: 22,
     m.Ack: 23,
+    m.StateRequest: 24,
+    m.StateReply: 25,
     m.Ping: 30,
     m.Pong: 31,
     TensorChunk: 40,
+    SpotCheckReport: 50,
+    SpotCheckRecord: 51,
+    SpotCheckRequest: 52,
+    SpotCheckReference: 53,
 }
 TYPES_BY_CODE: dict[int, type] = {code: cls for cls, code in TYPE_CODES.items()}
 

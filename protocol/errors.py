@@ -30,6 +30,7 @@ class ErrorCode(IntEnum):
     UNKNOWN_MICROBATCH = 13
     SHUTTING_DOWN = 14
     DUPLICATE = 15                  # already have this (a retried send that got through)
+    ITERATION_OVER = 16             # the receiver has finished that iteration: do not retry
 
 
 class ProtocolError(Exception):

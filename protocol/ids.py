@@ -38,3 +38,7 @@ def schedule_key(run: str) -> str:
 
 def progress_key(run: str) -> str:
     return _key(run, "progress")
+
+
+def spot_checks_key(run: str) -> str:
+    return _key(run, "spot_checks")

@@ -173,6 +173,38 @@ class Ack:
 
 
 @dataclass(frozen=True)
+class StateRequest:
+    """Late join: a new replica of `stage` asks a live one for the stage's training state as
+    it is after iteration `iteration - 1` (so it can train iteration `iteration` with it), one
+    chunk of at most `max_elements` floats from `offset` at a time."""
+
+    run: str
+    stage: int
+    iteration: int
+    offset: int = 0
+    max_elements: int = 1 << 19
+
+    def __post_init__(self):
+        check_run_name(self.run)
+        for name in ("stage", "iteration", "offset"):
+            if getattr(self, name) < 0:
+                raise FieldError(name, "must be >= 0")
+        if not 1 <= self.max_elements <= 1 << 20:
+            raise FieldError("max_elements", "must be in [1, 2**20]")
+
+
+@dataclass(frozen=True)
+class StateReply:
+    stage: int
+    iteration: int
+    total_elements: int               # of the whole flat state vector
+    offset: int
+    step_count: int                   # optimizer steps taken (warm-up position)
+    adam_step: int
+    tensor: TensorPayload             # float32 elements [offset, offset + len)
+
+
+@dataclass(frozen=True)
 class IterationReport:
     """Published by each stage-0 peer after each iteration (DHT progress key, own subkey)."""
 

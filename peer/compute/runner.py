@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from peer.compute.errors import BadTensor, OutOfOrder, StashFull, UnknownMicrobatch, WrongStage
+from peer.compute.host_buffers import DeviceIO
 from peer.compute.model import get_config
 from peer.compute.stages import StageModule, build_stage
 from protocol.messages import RunSpec
@@ -84,7 +85,7 @@ class StageRunner:
     def __init__(self, module: StageModule, optim: OptimConfig = OptimConfig(), *,
                  max_stash: int = 16, stash_ttl_s: float = 300.0, device: str | torch.device = "cpu",
                  clock: Callable[[], float] = time.monotonic,
-                 autocast_dtype: torch.dtype | None = None):
+                 autocast_dtype: torch.dtype | None = None, io: DeviceIO | None = None):
         if max_stash < 1:
             raise ValueError("max_stash must be >= 1")
         self.device = torch.device(device)
@@ -93,6 +94,7 @@ class StageRunner:
         self.optim_config = optim
         self.max_stash, self.stash_ttl_s, self.clock = max_stash, stash_ttl_s, clock
         self.autocast_dtype = autocast_dtype
+        self.io = io                  # None: tensors in/out as is (fp32 on the device); see host_buffers
         self.dtype = next(module.parameters()).dtype
         self._params = list(module.parameters())
         decay = [p for p in self._params if p.ndim >= 2]
@@ -136,6 +138,8 @@ class StageRunner:
     def _check_float(self, what: str, t, shape: tuple[int, ...] | None) -> torch.Tensor:
         if not isinstance(t, torch.Tensor):
             raise BadTensor(what, f"expected a torch.Tensor, got {type(t).__name__}")
+        if self.io is not None:
+            t = self.io.to_compute(t)
         if t.dtype != self.dtype:
             raise BadTensor(what, f"dtype {t.dtype}, expected {self.dtype}")
         c = self.config
@@ -181,6 +185,9 @@ class StageRunner:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
 
+    def _out(self, t: torch.Tensor, grad: bool = False) -> torch.Tensor:
+        return t.detach() if self.io is None else self.io.to_host(t, grad)
+
     def _admit(self, key: Key) -> None:
         self.evict_expired()
         if key in self._stash:
@@ -193,7 +200,7 @@ class StageRunner:
         if not bool(torch.isfinite(out).all()):
             raise BadTensor("stage output", "non-finite (diverged weights?)", non_finite=True)
         self._stash[key] = _Entry(self.clock(), inp.shape[0], inp, out)
-        return out.detach()
+        return self._out(out)
 
     # ---- forward ----
 
@@ -243,7 +250,7 @@ class StageRunner:
                 raise BadTensor(f"loss for {key}", "non-finite", non_finite=True)
             grads = torch.autograd.grad(loss * shape[0], [h, *self.module.head_parameters()])
             entry.head_grads, entry.loss = tuple(grads[1:]), loss.item()
-            return entry.loss, grads[0].detach()
+            return entry.loss, self._out(grads[0], grad=True)
 
     # ---- backward ----
 
@@ -259,15 +266,15 @@ class StageRunner:
             del self._stash[key]
             if not accumulate:
                 (grad_input,) = torch.autograd.grad(entry.output, [entry.input], g)
-                return grad_input.detach()
+                return self._out(grad_input, grad=True)
             entry.output.backward(g)
             self._count(entry)
-            return entry.input.grad.detach()
+            return self._out(entry.input.grad, grad=True)
 
     def stashed_output(self, key: Key) -> torch.Tensor:
         """The output a stashed microbatch produced, to send it again on another route."""
         with self._lock:
-            return self._entry(self._check_key(key)).output.detach()
+            return self._out(self._entry(self._check_key(key)).output)
 
     def backward_origin(self, key: Key, grad: torch.Tensor) -> None:
         """Stage 0: add the held head grads and backpropagate into stage-0 layers + embedding."""

@@ -16,6 +16,7 @@ from protocol.messages import ProgressRecord, RunSpec
 from protocol.owner import peer_id_of_subkey
 from protocol.records import decode_subkey_records
 from protocol.schedule import Schedule
+from protocol.spot_checks import SpotCheckRecord
 
 logger = logging.getLogger(__name__)
 DHT_TIMEOUT_S = 10.0
@@ -76,3 +77,6 @@ class PeerRecords:
 
     async def put_progress(self, report: ProgressRecord, ttl_s: float) -> bool:
         return await self._store(ids.progress_key(self.run), report, ttl_s, subkey=self.subkey)
+
+    async def put_spot_checks(self, record: SpotCheckRecord, ttl_s: float) -> bool:
+        return await self._store(ids.spot_checks_key(self.run), record, ttl_s, subkey=self.subkey)

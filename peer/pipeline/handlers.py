@@ -18,6 +18,7 @@ from peer.compute.model import get_config
 from peer.compute.errors import BadTensor
 from peer.pipeline import plan_view as pv
 from peer.pipeline.inbox import InboxFull
+from peer.pipeline.state_sync import NotReady
 from peer.pipeline.worker import PipelineWorker, Work
 from peer.routing import fallback
 
@@ -46,6 +47,7 @@ class WorkHandlers:
         server.register(m.Ping, self.ping)
         server.register(m.IterationDone, self.iteration_done)
         server.register(m.MicrobatchFailed, self.microbatch_failed)
+        server.register(m.StateRequest, self.state_request)
 
     async def forward(self, remote: str, request: m.ForwardRequest) -> m.ForwardReply:
         await self._accept(remote, request.header, request.tensor, Phase.FORWARD)
@@ -63,7 +65,7 @@ class WorkHandlers:
         if header_run != w.spec.run:
             raise Rejected(ErrorCode.UNKNOWN_RUN, f"this peer serves run {w.spec.run!r}, not {header_run!r}")
         if iteration < w.iteration:
-            raise Rejected(ErrorCode.STALE_SCHEDULE, f"iteration {iteration} is over (we are at {w.iteration})")
+            raise Rejected(ErrorCode.ITERATION_OVER, f"iteration {iteration} is over (we are at {w.iteration})")
         if iteration > w.iteration + ITERATIONS_AHEAD:
             raise Rejected(ErrorCode.OVERLOADED, f"iteration {iteration} is too far ahead of ours ({w.iteration})")
         latest = w.book.latest
@@ -86,6 +88,8 @@ class WorkHandlers:
             raise Rejected(ErrorCode.WRONG_STAGE, f"hop {header.hop_index} of microbatch {mb} is not ours")
         st = w.state(header.iteration)
         if phase == Phase.FORWARD:
+            if remote == route.origin:
+                self._origin_moved_on(remote, header.iteration)
             if remote != pv.expected_sender(route, task):
                 raise Rejected(ErrorCode.NOT_MEMBER, f"{remote[:12]} is not the previous hop of microbatch "
                                                      f"{mb}; refusing its tensor")
@@ -101,6 +105,13 @@ class WorkHandlers:
             raise Rejected(ErrorCode.OVERLOADED, str(exc)) from None
         if phase == Phase.FORWARD:
             st.record_attempt(mb, task.kind, header.attempt)
+
+    def _origin_moved_on(self, origin: str, iteration: int) -> None:
+        """An origin sending work of `iteration` is done with every earlier one (a backup for
+        an IterationDone that did not reach us)."""
+        w = self.worker
+        for i in range(w.iteration, iteration):
+            w.state(i).done_origins.add(origin)
 
     def _route_of(self, schedule, header: m.WorkHeader):
         """The route this microbatch takes: the planned one, or a recovered one we accept."""
@@ -158,6 +169,24 @@ class WorkHandlers:
         w.state(done.iteration).done_origins.add(remote)
         await w.inbox.poke()
         return m.Ack(done.iteration)
+
+    async def state_request(self, remote: str, req: m.StateRequest) -> m.StateReply:
+        w = self.worker
+        if req.run != w.spec.run:
+            raise Rejected(ErrorCode.UNKNOWN_RUN, f"this peer serves run {w.spec.run!r}, not {req.run!r}")
+        schedule = w.book.for_iteration(req.iteration)
+        if schedule is None or schedule.stage_of().get(remote) != req.stage:
+            await asyncio.wait_for(self.refresh_schedule(), timeout=5.0)
+            schedule = w.book.for_iteration(req.iteration)
+        if schedule is None or schedule.stage_of().get(remote) != req.stage:
+            raise Rejected(ErrorCode.NOT_MEMBER, f"{remote[:12]} is not a replica of stage {req.stage} "
+                                                 f"at iteration {req.iteration}")
+        try:
+            return await w.donor.reply(req)
+        except NotReady as exc:
+            raise Rejected(ErrorCode.OVERLOADED, str(exc)) from None
+        except ValueError as exc:
+            raise Rejected(ErrorCode.WRONG_STAGE, str(exc)) from None
 
     async def microbatch_failed(self, remote: str, report: m.MicrobatchFailed) -> m.Ack:
         w, header = self.worker, report.header

@@ -88,6 +88,12 @@ class Recovery:
 
     # ---- the rules, applied ----
 
+    def _not_departed(self, peer: str) -> bool:
+        """The fallback when no peer looks healthy: any peer still announced that has not
+        failed for long (under heavy load heartbeats time out although peers are alive)."""
+        h = self.w.health
+        return peer not in h.departed and h.failures(peer) < 2 * h.suspect_after
+
     def _budget(self, schedule: Schedule, mb: int) -> fallback.Budget:
         return fallback.budget_for(schedule.route(mb), schedule.num_stages, schedule.skip_ratio,
                                    self.w.settings.extra_skips)
@@ -104,6 +110,9 @@ class Recovery:
             return
         decision = fallback.recover_hop(flight.route, hop, lambda s: pv.replicas(schedule, s),
                                         w.health.usable, self._budget(schedule, mb))
+        if decision.action == fallback.Action.REISSUE:  # rather a slow-looking replica than none
+            decision = fallback.recover_hop(flight.route, hop, lambda s: pv.replicas(schedule, s),
+                                            self._not_departed, self._budget(schedule, mb))
         if decision.action == fallback.Action.REISSUE:
             if w.runner.is_origin:
                 await self.reissue(i, mb, decision.detail)
@@ -132,8 +141,11 @@ class Recovery:
         entry = None if st is None else st.own.get(mb)
         if entry is None or entry.outcome is not None or mb not in st.flights:
             return
-        route = fallback.fresh_route(entry.planned, schedule.num_stages, lambda s: pv.replicas(schedule, s),
-                                     w.health.usable, self._budget(schedule, mb))
+        route = None
+        for usable in (w.health.usable, self._not_departed):  # healthy peers first
+            route = route or fallback.fresh_route(entry.planned, schedule.num_stages,
+                                                  lambda s: pv.replicas(schedule, s), usable,
+                                                  self._budget(schedule, mb))
         if route is None:
             self.lose(i, st, mb, f"{why}; no fresh route either")
             return

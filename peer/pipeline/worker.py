@@ -32,6 +32,7 @@ from peer.pipeline.flights import Flight, IterationState, OriginEntry
 from peer.pipeline.inbox import Inbox
 from peer.pipeline.recovery import Recovery
 from peer.pipeline.schedule_book import ScheduleBook
+from peer.pipeline.state_sync import StateDonor, fetch_state
 from peer.routing.fallback import classify
 from peer.routing.health import Health
 from peer.transport.base import TransportError
@@ -39,6 +40,7 @@ from peer.transport.rpc import RemoteError, RpcClient
 
 logger = logging.getLogger(__name__)
 RETRYABLE = {ErrorCode.OVERLOADED, ErrorCode.STALE_SCHEDULE}
+ORIGIN_GONE_AFTER_FAILURES = 8   # consecutive failed heartbeats (about 8 x heartbeat_s or more)
 
 
 @dataclass
@@ -48,7 +50,7 @@ class WorkerSettings:
     iteration_timeout_s: float = 120.0
     send_deadline_s: float = 30.0
     heartbeat_s: float = 0.5          # how often we check on peers that owe us work
-    ping_timeout_s: float = 1.5
+    ping_timeout_s: float = 2.0
     extra_skips: int = 1              # recovery skip budget (k > 0 only), see routing/fallback.py
 
 
@@ -111,6 +113,8 @@ class PipelineWorker:
         self.history: list[IterationOutcome] = []
         self.finished = asyncio.Event()
         self.recovery = Recovery(self)
+        self.donor = StateDonor(self)
+        self.stepped_iteration = start_iteration - 1   # the last iteration whose step is done
         self._background: set[asyncio.Task] = set()
         self.fault_hook: Callable[[int, str], None] | None = None   # chaos testing only
         self.slowdown = 1.0
@@ -174,14 +178,21 @@ class PipelineWorker:
             if self.checkpoints is not None:
                 done = await self.compute(self.checkpoints.load, self.runner, stage)
                 if done is not None and done + 1 > self.iteration:
-                    self.iteration = done + 1
+                    self.iteration = self.stepped_iteration = done + 1
+                    self.stepped_iteration -= 1
                     return await self._schedule_with_me()
+            if self.iteration > 0 and len(pv.replicas(schedule, stage)) > 1:
+                await fetch_state(self, schedule, stage)  # late join: same state as the replicas
+            self.stepped_iteration = self.iteration - 1
         return schedule
 
     def iteration_over(self, st: IterationState, schedule: Schedule) -> bool:
         if self.runner.is_origin:
             return not st.unresolved()
-        return all(o in st.done_origins or self.health.suspect(o) for o in pv.replicas(schedule, 0))
+        # a slow origin is not a dead one: ending early would lose its microbatches, so only
+        # a departure (advert gone) or a long silence counts
+        return all(o in st.done_origins or o in self.health.departed
+                   or self.health.failures(o) >= ORIGIN_GONE_AFTER_FAILURES for o in pv.replicas(schedule, 0))
 
     async def run_iteration(self, i: int, schedule: Schedule) -> IterationOutcome:
         self.current = schedule
@@ -210,6 +221,7 @@ class PipelineWorker:
             await self._announce_done(i, schedule, st)
         outcome.counts = st.counts()
         await self._average_and_step(i, schedule, outcome)
+        self.stepped_iteration = i
         self._end_iteration(i)
         outcome.finished_at = time.time()
         return outcome
@@ -320,19 +332,24 @@ class PipelineWorker:
         planned = schedule.route(mb)
         header = m.WorkHeader(self.spec.run, schedule.epoch, i, mb, dest.hop_index, attempt,
                               None if route == planned else route)
-        if self.health.suspect(dest.peer):
+        # a forward to a middle hop can go elsewhere; the head (at the origin) and backwards
+        # cannot, so those keep trying a suspect peer until the send deadline
+        recoverable = dest.phase == Phase.FORWARD and dest.hop_index < len(route.hops)
+        if recoverable and self.health.suspect(dest.peer):
             ok = False  # known dead: do not wait for it to fail again
         else:
             payload = tensor_codec.encode(tensor)
             request = (m.ForwardRequest if dest.phase == Phase.FORWARD else m.BackwardRequest)(header, payload)
-            ok = await self.send_with_retries(dest.peer, request, f"microbatch {mb} {nxt.kind.name}")
-        if not ok and dest.phase == Phase.FORWARD and dest.hop_index < len(route.hops):
+            ok = await self.send_with_retries(dest.peer, request, f"microbatch {mb} {nxt.kind.name}",
+                                              give_up_when_suspect=recoverable)
+        if not ok and recoverable:
             await self.recovery.next_hop_failed(i, mb, dest.peer)
 
-    async def send_with_retries(self, peer: str, request, what: str,
-                                deadline_s: float | None = None) -> bool:
+    async def send_with_retries(self, peer: str, request, what: str, deadline_s: float | None = None,
+                                give_up_when_suspect: bool = True) -> bool:
         """Deliver `request`, retrying back-pressure and transport errors (capped backoff)
-        until the deadline or until `peer` is suspect; False (logged) if it never got in."""
+        until the deadline (or until `peer` is suspect, when there is somewhere else to go);
+        False (logged) if it never got in."""
         delay, attempts = 0.05, 0
         deadline = time.monotonic() + (deadline_s or self.settings.send_deadline_s)
         while True:
@@ -351,7 +368,8 @@ class PipelineWorker:
             except TransportError as exc:
                 problem = str(exc)
                 self.health.record_failure(peer, self._replicas_of_peer(peer))
-            if self.health.suspect(peer) or time.monotonic() + delay > deadline:
+            gone = peer in self.health.departed or (give_up_when_suspect and self.health.suspect(peer))
+            if gone or time.monotonic() + delay > deadline:
                 break
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
@@ -366,10 +384,9 @@ class PipelineWorker:
 
     async def _announce_done(self, i: int, schedule: Schedule, st: IterationState) -> None:
         done = m.IterationDone(self.spec.run, schedule.epoch, i, m.MicrobatchCounts(**st.counts()))
-        others = [p for p in schedule.stage_of() if p != self.me and not self.health.suspect(p)]
-        for peer in others:  # in the background: we do not wait for slow or dead peers
-            self.spawn(self.send_with_retries(peer, done, f"iteration {i} done",
-                                              deadline_s=self.settings.heartbeat_s * 10))
+        others = [p for p in schedule.stage_of() if p != self.me and p not in self.health.departed]
+        for peer in others:  # in the background; a peer that misses it would wait the iteration out
+            self.spawn(self.send_with_retries(peer, done, f"iteration {i} done", give_up_when_suspect=False))
 
     # ---- replica averaging ----
 
@@ -383,8 +400,12 @@ class PipelineWorker:
             await asyncio.gather(*(self.send_with_retries(p, share, f"gradient share {i}") for p in others))
             # replicas may legitimately still be working: wait as long as an iteration may take,
             # but not for one that died (its gradients died with it)
-            got = await self.shares.collect(i, self.stage, set(others), self.settings.iteration_timeout_s,
-                                            gone=self.health.suspect)
+            self.recovery.averaging_with = set(others)  # heartbeat them while we wait
+            try:
+                got = await self.shares.collect(i, self.stage, set(others), self.settings.iteration_timeout_s,
+                                                gone=self.health.suspect)
+            finally:
+                self.recovery.averaging_with = set()
             result = combine({**got, self.me: mine}, [self.me, *others])
             if result.missing:
                 logger.warning("iteration %d: no gradients from replica(s) %s; averaging without them",

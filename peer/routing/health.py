@@ -21,7 +21,7 @@ class _Record:
 
 
 class Health:
-    def __init__(self, base_ban_s: float = 1.0, max_ban_s: float = 30.0, suspect_after: int = 2,
+    def __init__(self, base_ban_s: float = 1.0, max_ban_s: float = 30.0, suspect_after: int = 3,
                  clock: Callable[[], float] = time.monotonic):
         if base_ban_s <= 0 or max_ban_s < base_ban_s or suspect_after < 1:
             raise ValueError("need 0 < base_ban_s <= max_ban_s and suspect_after >= 1")

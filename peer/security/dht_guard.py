@@ -28,7 +28,7 @@ MAX_RECORD_BYTES = 64 * 1024
 
 
 def per_peer_keys(run: str) -> tuple[str, ...]:
-    return ids.peers_key(run), ids.links_key(run), ids.progress_key(run)
+    return ids.peers_key(run), ids.links_key(run), ids.progress_key(run), ids.spot_checks_key(run)
 
 
 def record_schema(run: str) -> type:

@@ -6,10 +6,11 @@ deadline for reading a whole request. A refused request costs the sender an OVER
 The per-peer limits alone do not stop a stranger with many peer ids (ids are free); the global
 caps do, and with a join key strangers are refused before any of this (peer/security/membership).
 """
+import asyncio
 import collections
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Awaitable, Callable
 
 
 @dataclass(frozen=True)
@@ -95,3 +96,23 @@ class Admission:
     def _refuse(self, reason: str, message: str):
         self.refused[reason] += 1
         raise Overloaded(message)
+
+
+def coalesced(refresh: Callable[[], Awaitable[None]], min_interval_s: float = 0.5,
+              clock: Callable[[], float] = time.monotonic) -> Callable[[], Awaitable[None]]:
+    """Wrap a refresh that remote requests can trigger (e.g. re-reading the schedule from the
+    DHT when a request names a newer epoch) so that callers share one run and it runs at most
+    once per `min_interval_s`: a stranger's stream of made-up epochs cannot become a stream of
+    DHT reads."""
+    state: dict = {"task": None, "last": float("-inf")}
+
+    async def wrapper() -> None:
+        task = state["task"]
+        if task is None:
+            if clock() - state["last"] < min_interval_s:
+                return
+            state["last"] = clock()
+            task = state["task"] = asyncio.ensure_future(refresh())
+            task.add_done_callback(lambda _: state.update(task=None))
+        await asyncio.shield(task)
+    return wrapper

@@ -12,6 +12,7 @@ from typing import Any, Awaitable, Callable
 from protocol import codec
 from protocol import messages as m
 from protocol.errors import ErrorCode, ProtocolError
+from protocol.spot_checks import SpotCheckReference, SpotCheckRequest
 from protocol.tensors import (ChunkAssembler, DEFAULT_CHUNK_BYTES, DEFAULT_MAX_TENSOR_BYTES,
                               TensorPayload, split_payload)
 
@@ -21,7 +22,7 @@ from peer.transport.base import RecvFrame, Transport, TransportError
 
 logger = logging.getLogger(__name__)
 UNARY_TENSOR_BYTES = 1024 * 1024
-_STREAMABLE = (m.ForwardRequest, m.BackwardRequest, m.GradientShare)
+_STREAMABLE = (m.ForwardRequest, m.BackwardRequest, m.GradientShare, SpotCheckRequest, SpotCheckReference)
 _PLACEHOLDER = TensorPayload("uint8", (0,), b"")
 
 

@@ -14,11 +14,12 @@ from peer.transport.memory import MemoryNetwork
 from peer.transport.rpc import RpcClient, RpcServer
 
 
-def make_schedule(run: str, stage_of: dict[str, int], paths: dict[int, list[str]], epoch: int = 1) -> Schedule:
+def make_schedule(run: str, stage_of: dict[str, int], paths: dict[int, list[str]], epoch: int = 1,
+                  skip_ratio: float = 0.0) -> Schedule:
     """paths: microbatch id -> the peers it visits, origin first."""
     routes = tuple(Route(mb, tuple(Hop(stage_of[p], p) for p in peers)) for mb, peers in sorted(paths.items()))
     return Schedule(run=run, epoch=epoch, strategy="manual", num_stages=max(stage_of.values()) + 1,
-                    skip_ratio=0.0, assignment=tuple(StageAssignment(p, s) for p, s in stage_of.items()),
+                    skip_ratio=skip_ratio, assignment=tuple(StageAssignment(p, s) for p, s in stage_of.items()),
                     routes=routes)
 
 
@@ -43,7 +44,23 @@ def batches_for(spec: m.RunSpec, corpus_seed: int = 0):
     return batch, cache
 
 
-async def run_memory_swarm(spec: m.RunSpec, schedule: Schedule, batch, timeout: float = 60.0):
+class Killed(Exception):
+    """A peer of the in-memory swarm was killed by the test."""
+
+
+def kill_hook(network: MemoryNetwork, peer: str, iteration: int, kind: str):
+    """A fault hook that makes `peer` vanish (like kill -9) at its first `kind` task of `iteration`."""
+    def hook(i: int, task_kind: str) -> None:
+        if i == iteration and task_kind == kind:
+            network.handlers.pop(peer, None)
+            raise Killed(peer)
+    return hook
+
+
+async def run_memory_swarm(spec: m.RunSpec, schedule: Schedule, batch, timeout: float = 60.0,
+                           kill: dict[str, tuple[int, str]] | None = None):
+    """Run every peer of `schedule` to spec.max_steps. `kill`: peer -> (iteration, task kind)
+    at which that peer dies; the others must carry on."""
     network = MemoryNetwork()
     book_by_peer, workers = {}, {}
     for peer in schedule.stage_of():
@@ -54,6 +71,8 @@ async def run_memory_swarm(spec: m.RunSpec, schedule: Schedule, batch, timeout: 
             peer, spec, RpcClient(transport), book,
             make_runner=lambda stage: RecordingRunner.from_spec(spec, stage, max_stash=16),
             batch=batch, settings=WorkerSettings(iteration_timeout_s=timeout))
+        if kill and peer in kill:
+            worker.fault_hook = kill_hook(network, peer, *kill[peer])
         server = RpcServer()
 
         async def no_refresh():
@@ -61,5 +80,9 @@ async def run_memory_swarm(spec: m.RunSpec, schedule: Schedule, batch, timeout: 
         WorkHandlers(worker, no_refresh).register(server)
         await transport.serve(server.handle)
         workers[peer], book_by_peer[peer] = worker, book
-    await asyncio.wait_for(asyncio.gather(*(w.run() for w in workers.values())), timeout)
+    results = await asyncio.wait_for(asyncio.gather(*(w.run() for w in workers.values()),
+                                                    return_exceptions=True), timeout)
+    for peer, result in zip(workers, results):
+        if isinstance(result, BaseException) and not (isinstance(result, Killed) and kill and peer in kill):
+            raise result
     return workers

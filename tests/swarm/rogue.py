@@ -200,14 +200,17 @@ async def forge_adverts(dht, run: str, victims: list[str]) -> int:
     """Try to overwrite victims' adverts and add unowned/forged ones; returns how many tried.
     (Our own node keeps what we store, so success is judged by what members see, not here.)"""
     from hivemind.dht.crypto import RSASignatureValidator
-    own = RSASignatureValidator().local_public_key  # the rogue's own (fresh) owner key
+    from protocol.owner import peer_id_of_subkey
+    own = RSASignatureValidator().local_public_key  # the process-wide key of our own DHT node
     tried = 0
-    for victim in victims[:4]:
+    # (an advert for our own key's id would be genuine, not forged: open runs let anyone announce)
+    for victim in [v for v in victims if v != peer_id_of_subkey(own)][:4]:
         fake = codec.encode(PeerAdvert(victim, PeerState.ONLINE, "cpu", 1, FORGED_SPEED, stage=0))
         for subkey in (victim, own, b"[owner:ssh-rsa AAAAB3NzaC1yc2E=]"):
             tried += 1
             try:
-                await dht.store(ids.peers_key(run), fake, time.time() + 30, subkey=subkey, return_future=True)
+                async with asyncio.timeout(5.0):
+                    await dht.store(ids.peers_key(run), fake, time.time() + 30, subkey=subkey, return_future=True)
             except Exception:
                 pass
     return tried
@@ -215,7 +218,11 @@ async def forge_adverts(dht, run: str, victims: list[str]) -> int:
 
 async def list_peers(dht, run: str) -> list[str]:
     from protocol.owner import peer_id_of_subkey
-    found = await dht.get(ids.peers_key(run), latest=True, return_future=True)
+    try:
+        async with asyncio.timeout(5.0):
+            found = await dht.get(ids.peers_key(run), latest=True, return_future=True)
+    except Exception:
+        return []
     peers = []
     if found is not None and isinstance(found.value, dict):
         for subkey in found.value:
@@ -229,9 +236,12 @@ async def list_peers(dht, run: str) -> list[str]:
 async def run_rogue(initial_peers: list[str], run: str, duration_s: float, rate: float, count: int,
                     seed: int) -> collections.Counter:
     from hivemind import DHT
+    from hivemind.dht.crypto import RSASignatureValidator
     rng = random.Random(seed)
     stats = collections.Counter()
-    dht = DHT(start=True, initial_peers=initial_peers, host_maddrs=["/ip4/127.0.0.1/tcp/0"])
+    # the signature validator only lets us read members' signed records; it protects nothing here
+    dht = DHT(start=True, initial_peers=initial_peers, host_maddrs=["/ip4/127.0.0.1/tcp/0"],
+              record_validators=[RSASignatureValidator()])
     try:
         p2p = await dht.replicate_p2p()
         deadline = time.monotonic() + duration_s

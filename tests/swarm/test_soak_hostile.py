@@ -1,7 +1,7 @@
 """Soak: a small swarm trains for a few minutes while a rogue process sends a steady stream of
 malformed and malicious requests at every peer and tries to forge adverts in the DHT.
 Training must keep progressing with no lost microbatch, no peer may die, memory must stay flat,
-and the coordinator must never see a forged advert. Bounded: ~2 minutes of attack, 127.0.0.1."""
+and the coordinator must never see a forged advert. Bounded: 60 s of attack (SKIPPIPE_SOAK_S), about 3 minutes in all, 127.0.0.1 only."""
 import asyncio
 import os
 import signal
@@ -16,7 +16,7 @@ from tests.swarm.harness import coordinator, peers, wait_for
 from tests.swarm.rogue import FORGED_SPEED
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
-ATTACK_S = float(os.environ.get("SKIPPIPE_SOAK_S", "120"))
+ATTACK_S = float(os.environ.get("SKIPPIPE_SOAK_S", "60"))
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -57,16 +57,19 @@ def test_training_survives_a_rogue_peer(tmp_path):
         async with coordinator(min_peers=3, num_stages=2, max_steps=0) as app:
             with peers(app, tmp_path, 3, "--announce-period", "2") as procs:
                 await wait_for(lambda: len(app.summaries) >= 2, 150, "two iterations before the attack")
+                genuine = set(await app.records.get_adverts())
                 rogue = start_rogue(app.maddrs, app.config.run, ATTACK_S, 40, tmp_path / "rogue.log")
                 try:
                     before = len(app.summaries)
                     await asyncio.sleep(min(30.0, ATTACK_S / 4))
                     rss_early = {p.pid: rss_mb(p.pid) for p in procs}
-                    while rogue.poll() is None:
+                    give_up = time.monotonic() + ATTACK_S + 60
+                    while rogue.poll() is None and time.monotonic() < give_up:
                         await asyncio.sleep(2.0)
                         assert all(p.poll() is None for p in procs), "a peer died under attack"
+                        adverts = await app.records.get_adverts()
                         assert not any(a.fwd_s_per_layer_sample == FORGED_SPEED
-                                       for a in (await app.records.get_adverts()).values()), "forged advert seen"
+                                       for p, a in adverts.items() if p in genuine), "forged advert seen"
                     rss_late = {p.pid: rss_mb(p.pid) for p in procs}
                 finally:
                     stop_rogue(rogue)
@@ -76,7 +79,7 @@ def test_training_survives_a_rogue_peer(tmp_path):
                 assert sent >= ATTACK_S * 10, report                  # the attack really ran
                 assert during >= 3, f"only {during} iterations during the attack"
                 assert all(s.lost == 0 for s in app.summaries), [s.lost for s in app.summaries]
-                assert set(await app.records.get_adverts()) <= set(app.schedule.stage_of())
+                assert set(app.schedule.stage_of()) == genuine
                 for pid, late in rss_late.items():
                     assert late < 1500 and late - rss_early[pid] < 150, (rss_early, rss_late)
                 await wait_for(lambda: len(app.summaries) >= before + during + 1, 60, "training after the attack")

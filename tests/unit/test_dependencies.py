@@ -10,6 +10,8 @@ the rules below.
     coordinator/          never peer, never torch
     peer/                 never coordinator
     peer/compute/         no hivemind, no asyncio, no networking; no peer.* outside peer.compute
+    opsweb/               stdlib only, nothing of ours (the HTTP server + Prometheus text that
+                          coordinator/ and peer/ share; asyncio allowed, unlike protocol/)
 """
 from __future__ import annotations
 
@@ -21,10 +23,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("protocol", "coordinator", "peer")
+PACKAGES = ("protocol", "coordinator", "peer", "opsweb")
 STDLIB = frozenset(sys.stdlib_module_names)
 NETWORKING = {"socket", "ssl", "http", "urllib", "asyncio", "selectors", "socketserver",
-              "hivemind", "grpc", "aiohttp", "requests", "httpx", "multiaddr", "zmq", "uvloop"}
+              "hivemind", "grpc", "aiohttp", "requests", "httpx", "multiaddr", "zmq", "uvloop", "opsweb"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -124,6 +126,11 @@ def rule_problems(module: str, imp: Import) -> list[str]:
     if module == "peer" or module.startswith("peer."):
         if imp.top == "coordinator":
             bad("peer/ never imports coordinator/")
+    if module == "opsweb" or module.startswith("opsweb."):
+        if _ours(imp) and imp.top != "opsweb":
+            bad("opsweb/ imports nothing of ours")
+        elif imp.top not in STDLIB and imp.top != "opsweb":
+            bad("opsweb/ depends on the standard library only")
     if module.startswith("peer.compute"):
         if imp.top in NETWORKING:
             bad("peer/compute/ has no hivemind, no asyncio, no networking")
@@ -205,6 +212,9 @@ VIOLATIONS = [
     ("peer.compute.runner", "from ...coordinator import x"),
     ("peer.compute", "from ..transport import framing"),                  # __init__ of compute
     ("peer.compute.runner", "from .... import x"),                        # beyond the top level
+    ("opsweb.server", "from protocol import codec"),
+    ("opsweb.server", "import aiohttp"),
+    ("peer.compute.runner", "from opsweb import server"),                 # networking
 ]
 
 
@@ -223,6 +233,7 @@ ALLOWED = [
     ("coordinator.planner.paths", "from coordinator.planner.costs import CostModel"),
     ("coordinator.app", "import asyncio\nimport hivemind\nfrom coordinator.planner import plan"),
     ("peer.app", "import torch\nimport hivemind\nimport asyncio\nfrom protocol import codec"),
+    ("opsweb.server", "import asyncio\nfrom urllib.parse import urlsplit\nfrom . import prom"),
     ("peer.compute.runner", "import torch\nimport threading\nfrom .model import Decoder\nfrom protocol.tensors import TensorPayload"),
 ]
 

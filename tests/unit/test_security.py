@@ -14,7 +14,7 @@ from protocol.owner import BadOwnerKey, owner_subkey, peer_id_of_subkey
 from protocol.records import decode_subkey_records
 
 from peer.security.identity import DuplicateIdentity, IdentityError, load_identity
-from peer.security.limits import Admission, Limits, Overloaded
+from peer.security.limits import Admission, Limits, Overloaded, coalesced
 from peer.security.membership import MemberGate
 
 
@@ -166,4 +166,25 @@ def test_member_gate_refreshes_at_most_once_per_interval():
         clock.t += 1.5
         assert await gate.admit("m2") and len(calls) == 2        # a new member gets in
         assert gate.refused == 50
+    asyncio.run(scenario())
+
+
+def test_remote_triggered_refreshes_are_coalesced_and_spaced():
+    clock = Clock()
+    runs = []
+
+    async def refresh():
+        runs.append(clock.t)
+        await asyncio.sleep(0.01)
+
+    async def scenario():
+        wrapped = coalesced(refresh, min_interval_s=0.5, clock=clock)
+        await asyncio.gather(*(wrapped() for _ in range(20)))   # one shared run
+        assert len(runs) == 1
+        for _ in range(20):
+            await wrapped()                                     # too soon: no new run
+        assert len(runs) == 1
+        clock.t += 0.6
+        await wrapped()
+        assert len(runs) == 2
     asyncio.run(scenario())

@@ -1,0 +1,111 @@
+"""Late join: a new replica of a stage copies that stage's parameters and optimizer state
+from a live replica before it trains, so replicas stay identical and the first iteration it
+joins counts its contribution like any other replica's.
+
+The joiner trains from iteration s (its schedule's start); it asks for the state as it is
+after iteration s - 1. A live replica cannot step iteration s before the joiner's gradient
+share arrives, so once it has stepped s - 1 its state holds still until the joiner is ready:
+it answers from one snapshot, in chunks (replies stay far below the message limit).
+"""
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import torch
+
+from protocol import messages as m
+from protocol.errors import ErrorCode
+from protocol.schedule import Schedule
+
+from peer.compute import tensor_codec
+from peer.compute.errors import BadTensor
+from peer.compute.state_transfer import flat_state, load_flat_state, state_size
+from peer.pipeline import plan_view as pv
+from peer.transport.base import TransportError
+from peer.transport.rpc import RemoteError
+
+if TYPE_CHECKING:
+    from peer.pipeline.worker import PipelineWorker
+
+logger = logging.getLogger(__name__)
+CHUNK_ELEMENTS = 1 << 19          # 2 MiB of float32 per reply
+
+
+class NotReady(Exception):
+    """The donor has not finished the iteration before the one asked for (retry later)."""
+
+
+class StateDonor:
+    """Serving side: one snapshot per requested iteration."""
+
+    def __init__(self, worker: "PipelineWorker"):
+        self.w = worker
+        self._snapshot: tuple[int, torch.Tensor, int, int] | None = None
+
+    async def reply(self, req: m.StateRequest) -> m.StateReply:
+        w = self.w
+        if w.runner is None or w.stage != req.stage:
+            raise ValueError(f"we do not host stage {req.stage}")
+        if w.stepped_iteration < req.iteration - 1:
+            raise NotReady(f"we finished iteration {w.stepped_iteration}, not yet {req.iteration - 1}")
+        if w.stepped_iteration > req.iteration - 1:
+            raise ValueError(f"we are past iteration {req.iteration - 1} already")
+        if self._snapshot is None or self._snapshot[0] != req.iteration:
+            vector, steps, adam = await w.compute(flat_state, w.runner)
+            self._snapshot = (req.iteration, vector, steps, adam)
+        _, vector, steps, adam = self._snapshot
+        if req.offset >= vector.numel():
+            raise ValueError(f"offset {req.offset} is past the state's {vector.numel()} elements")
+        part = vector[req.offset:req.offset + min(req.max_elements, CHUNK_ELEMENTS)]
+        return m.StateReply(req.stage, req.iteration, vector.numel(), req.offset, steps, adam,
+                            tensor_codec.encode(part))
+
+
+async def fetch_state(w: "PipelineWorker", schedule: Schedule, stage: int) -> bool:
+    """Joiner side: copy the stage's state from one of its live replicas; False if none
+    could give it before the iteration timeout (logged)."""
+    donors = [p for p in pv.replicas(schedule, stage) if p != w.me]
+    if not donors:
+        return False
+    deadline = time.monotonic() + w.settings.iteration_timeout_s
+    while time.monotonic() < deadline:
+        for donor in donors:
+            try:
+                vector, steps, adam = await _pull(w, donor, stage)
+            except (NotReady, TransportError) as exc:
+                logger.debug("state from %s not available yet: %s", donor[:12], exc)
+                continue
+            except (RemoteError, BadTensor, ValueError) as exc:
+                if isinstance(exc, RemoteError) and exc.code == ErrorCode.OVERLOADED:
+                    continue
+                logger.warning("state transfer from %s failed: %s", donor[:12], exc)
+                continue
+            await w.compute(load_flat_state, w.runner, vector, steps, adam)
+            logger.info("joined stage %d with the state of replica %s after iteration %d (%d floats, step %d)",
+                        stage, donor[:12], w.iteration - 1, vector.numel(), steps)
+            return True
+        await asyncio.sleep(0.5)
+    logger.error("no replica of stage %d gave us its state; training from our own initialisation", stage)
+    return False
+
+
+async def _pull(w: "PipelineWorker", donor: str, stage: int) -> tuple[torch.Tensor, int, int]:
+    total = state_size(w.runner)
+    out = torch.empty(total, dtype=torch.float32)
+    offset, counters = 0, None
+    while offset < total:
+        req = m.StateRequest(w.spec.run, stage, w.iteration, offset, CHUNK_ELEMENTS)
+        reply = await w.rpc.call(donor, req, w.settings.rpc_timeout_s)
+        if not isinstance(reply, m.StateReply):
+            raise ValueError(f"expected a StateReply, got {type(reply).__name__}")
+        if (reply.stage, reply.iteration, reply.total_elements, reply.offset) != (stage, w.iteration, total, offset):
+            raise ValueError("the donor's state does not match our stage layout or request")
+        if counters is not None and counters != (reply.step_count, reply.adam_step):
+            raise ValueError("the donor's state changed during the transfer")
+        counters = (reply.step_count, reply.adam_step)
+        n = min(CHUNK_ELEMENTS, total - offset)
+        part = tensor_codec.decode(reply.tensor, expect_shape=(n,), expect_dtype="float32", what="state chunk")
+        out[offset:offset + n] = part
+        offset += n
+    return out, counters[0], counters[1]

@@ -1,0 +1,55 @@
+"""Spot checks, the pure pieces: which microbatches to recompute, and whether two replicas'
+outputs agree. (Wiring into the pipeline worker is a separate hook; see README.)
+
+The sampling rule is keyed by a secret only the checking peer knows, so a cheating peer cannot
+predict which of its outputs will be checked (a rule keyed by the public run seed could be).
+"""
+import hashlib
+import hmac
+import math
+import secrets
+from dataclasses import dataclass
+
+import torch
+
+from protocol.spot_checks import SpotCheckReport
+
+DEFAULT_RTOL = 1e-3   # replicas hold averaged (equal up to fp32 summation order) parameters
+
+
+class SpotSampler:
+    def __init__(self, rate: float, secret: bytes | None = None):
+        if not 0.0 <= rate <= 1.0:
+            raise ValueError(f"spot-check rate must be in [0, 1], got {rate}")
+        self.rate = rate
+        self.secret = secret if secret is not None else secrets.token_bytes(32)
+
+    def should_check(self, epoch: int, iteration: int, microbatch_id: int, stage: int) -> bool:
+        if self.rate <= 0.0:
+            return False
+        message = f"{epoch}/{iteration}/{microbatch_id}/{stage}".encode()
+        draw = int.from_bytes(hmac.new(self.secret, message, hashlib.sha256).digest()[:8], "big")
+        return draw < self.rate * 2**64
+
+
+@dataclass(frozen=True)
+class Comparison:
+    passed: bool
+    relative_error: float
+
+
+def compare_outputs(suspect: torch.Tensor, reference: torch.Tensor, rtol: float = DEFAULT_RTOL) -> Comparison:
+    """Relative L2 error of `suspect` against `reference` (the checker's recomputation)."""
+    if suspect.shape != reference.shape:
+        return Comparison(False, math.inf)
+    a, b = suspect.detach().double(), reference.detach().double()
+    if not bool(torch.isfinite(a).all()) or not bool(torch.isfinite(b).all()):
+        return Comparison(False, math.inf)
+    error = float(torch.linalg.vector_norm(a - b) / max(float(torch.linalg.vector_norm(b)), 1e-12))
+    return Comparison(error <= rtol, error)
+
+
+def report(comparison: Comparison, suspect: str, checker: str, epoch: int, iteration: int,
+           microbatch_id: int, stage: int) -> SpotCheckReport:
+    error = comparison.relative_error if math.isfinite(comparison.relative_error) else 1e300
+    return SpotCheckReport(suspect, checker, epoch, iteration, microbatch_id, stage, error, comparison.passed)

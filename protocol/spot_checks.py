@@ -1,0 +1,57 @@
+"""Spot-check reports (issue 7): a peer that recomputed a sampled microbatch on a second replica
+of a stage says whether the first replica's output matched. Published in the DHT under the
+reporter's own (signed) subkey of `skippipe/v1/<run>/spot_checks`; read by the coordinator."""
+from dataclasses import dataclass
+
+from protocol.errors import FieldError
+from protocol.messages import WorkHeader
+from protocol.tensors import TensorPayload
+
+
+@dataclass(frozen=True)
+class SpotCheckRequest:
+    """Previous hop -> a second replica of the checked stage: compute this stage's forward of
+    `tensor` (no stash, no onward send) and reply ForwardReply(header, tensor=output)."""
+
+    header: WorkHeader
+    tensor: TensorPayload
+
+
+@dataclass(frozen=True)
+class SpotCheckReference:
+    """Previous hop -> next hop: the second replica's output for `header`; the next hop
+    compares it with what `suspect` sent it and reports. The suspect sees no difference in
+    its own traffic, so it cannot tell checked microbatches from others."""
+
+    header: WorkHeader
+    suspect: str
+    tensor: TensorPayload
+
+
+@dataclass(frozen=True)
+class SpotCheckReport:
+    suspect: str                     # the peer whose output was checked
+    checker: str                     # the replica that recomputed it
+    epoch: int
+    iteration: int
+    microbatch_id: int
+    stage: int
+    relative_error: float            # ||suspect - checker|| / ||checker||
+    passed: bool
+
+    def __post_init__(self):
+        if self.relative_error < 0:
+            raise FieldError("relative_error", "must be >= 0")
+        for name in ("epoch", "iteration", "microbatch_id", "stage"):
+            if getattr(self, name) < 0:
+                raise FieldError(name, "must be >= 0")
+
+
+@dataclass(frozen=True)
+class SpotCheckRecord:
+    peer_id: str                     # the reporter (must own the subkey)
+    reports: tuple[SpotCheckReport, ...]
+
+    def __post_init__(self):
+        if len(self.reports) > 64:
+            raise FieldError("reports", "at most 64 reports per record")

@@ -1,0 +1,103 @@
+"""Churn over real processes and real P2P (issue 5): kill -9 mid-forward, mid-backward and
+between iterations, a stalled peer, a late joiner, and a coordinator restart. Each asserts that
+training continues, every microbatch is accounted for exactly once, and the loss goes down."""
+import asyncio
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.swarm.harness import coordinator, peers, wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+PER_ITERATION = 2 * 2          # 2 stage-0 peers x --microbatches 2
+
+
+def run_chaos(tmp_path, chaos: str, steps: int = 6):
+    summary = tmp_path / "summary.json"
+    cmd = [sys.executable, "-m", "coordinator.swarm_cli", "--peers", "6", "--stages", "3", "--steps", str(steps),
+           "--skip", "1/3", "--microbatches", "2", "--chaos", chaos, "--summary-json", str(summary),
+           "--logs-dir", str(tmp_path / "logs"), "--timeout", "400"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=500)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(summary.read_text()), proc.stdout
+
+
+def assert_accounted(rows):
+    for r in rows:
+        ended = r["completed"] + r["rerouted"] + r["skipped_stage"] + r["reissued"] + r["lost"]
+        assert ended == PER_ITERATION, r
+        assert r["lost"] == 0, r
+
+
+@pytest.mark.parametrize("when", ["forward", "backward", "between"])
+def test_kill_a_middle_stage_peer(tmp_path, when):
+    summary, out = run_chaos(tmp_path, f"kill:1@iter2:{when}")   # peer 1 hosts stage 1
+    rows = summary["iterations"]
+    assert [r["iteration"] for r in rows] == list(range(6))
+    assert_accounted(rows)
+    fault = rows[2]
+    assert fault["rerouted"] + fault["skipped_stage"] + fault["reissued"] >= 1, fault
+    assert "recovered:" in out
+    assert summary["losses"][-1] < summary["losses"][2] < summary["losses"][0]
+
+
+def test_a_stalled_peer_slows_but_does_not_break_training(tmp_path):
+    summary, _ = run_chaos(tmp_path, "stall:2@iter3:10")
+    rows = summary["iterations"]
+    assert_accounted(rows)
+    assert summary["microbatches"]["lost"] == 0
+    before = sorted(r["duration_s"] for r in rows[1:3])[0]
+    assert max(r["duration_s"] for r in rows[3:]) > 1.5 * before   # it really stalled
+    assert summary["last_loss"] < summary["first_loss"]
+
+
+def test_a_peer_joining_mid_run_gets_the_stage_state(tmp_path):
+    async def scenario():
+        async with coordinator(num_stages=2, skip_ratio=0.0, min_peers=3, max_steps=40) as app:
+            with peers(app, tmp_path, 3, stages=[0, 1, 1]):
+                await wait_for(lambda: len(app.summaries) >= 3, 180, "3 iterations")
+                epoch = app.schedule.epoch
+                with peers(app, tmp_path / "late", 1, stages=[1]):
+                    await wait_for(lambda: app.schedule.epoch > epoch and len(app.schedule.stage_of()) == 4,
+                                   60, "a re-plan that includes the joiner")
+                    start = app.schedule.start_iteration
+                    await wait_for(lambda: app.summaries and app.summaries[-1].iteration >= start + 3, 180,
+                                   "iterations with the joiner")
+                    log = (tmp_path / "late" / "peer0.log").read_text()
+                    assert "joined stage 1 with the state of replica" in log, log[-3000:]
+                    return app.summaries
+    (tmp_path / "late").mkdir()
+    summaries = asyncio.run(scenario())
+    assert all(s.lost == 0 for s in summaries)
+    assert summaries[-1].loss < summaries[0].loss
+
+
+def test_coordinator_restart_continues_from_the_stored_epoch(tmp_path):
+    async def scenario():
+        async with coordinator(num_stages=2, skip_ratio=0.0, min_peers=2, max_steps=60) as first:
+            procs_ctx = peers(first, tmp_path, 2, stages=[0, 1])
+            procs = procs_ctx.__enter__()
+            try:
+                await wait_for(lambda: len(first.summaries) >= 2, 180, "2 iterations")
+                adverts = await first.records.get_adverts()
+                maddrs = [a for adv in adverts.values() for a in adv.maddrs if "127.0.0.1" in a]
+                old_epoch, last_seen = first.schedule.epoch, first.summaries[-1].iteration
+            except BaseException:
+                procs_ctx.__exit__(None, None, None)
+                raise
+        # the coordinator is gone; the peers go on with the schedule they have
+        try:
+            async with coordinator(num_stages=2, skip_ratio=0.0, min_peers=2, max_steps=60,
+                                   initial_peers=tuple(maddrs[:1])) as second:
+                await wait_for(lambda: second.schedule is not None, 30, "the stored schedule")
+                assert second.schedules[0].epoch == old_epoch       # picked up, not started over
+                await wait_for(lambda: len(second.summaries) >= 3, 180, "iterations after the restart")
+                assert second.schedule.epoch >= old_epoch
+                return last_seen, second.summaries
+        finally:
+            procs_ctx.__exit__(None, None, None)
+    last_seen, after = asyncio.run(scenario())
+    assert after[0].iteration > last_seen              # training did not restart from zero
+    assert all(s.lost == 0 and s.completed > 0 for s in after)

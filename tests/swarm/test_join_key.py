@@ -1,0 +1,46 @@
+"""A run with a join key, end to end over real P2P: members train; a peer without the key is
+neither listed nor planned, and a non-member's RPC is refused with NOT_MEMBER."""
+import asyncio
+import contextlib
+
+import pytest
+
+from protocol import codec
+from protocol import messages as m
+from protocol.errors import ErrorCode
+
+from coordinator.dht_io import CoordinatorRecords
+from tests.swarm import rogue
+from tests.swarm.harness import coordinator, peers, wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+def test_only_key_holders_take_part(tmp_path):
+    key = tmp_path / "join.key"
+
+    async def scenario():
+        async with coordinator(min_peers=2, num_stages=2, max_steps=0, join_key_path=str(key)) as app:
+            assert key.exists() and (key.stat().st_mode & 0o777) == 0o600   # created by the coordinator
+            with contextlib.ExitStack() as stack:
+                stack.enter_context(peers(app, tmp_path / "members", 2, "--join-key", str(key), stages=[0, 1]))
+                stack.enter_context(peers(app, tmp_path / "outsider", 1, stages=[0]))
+                await wait_for(lambda: len(app.summaries) >= 2, 150, "two iterations by the members")
+                everyone = CoordinatorRecords(app.dht, app.config.run)  # a reader that ignores the key
+                all_adverts = await wait_for(lambda: _at_least(everyone, 3), 30, "the outsider's advert")
+                members = set(await app.records.get_adverts())
+                outsiders = set(all_adverts) - members
+                assert len(members) == 2 and len(outsiders) == 1
+                assert set(app.schedule.stage_of()) == members
+                # the coordinator's own peer id is no member: a member's RPC server refuses it unread
+                p2p = await app.dht.replicate_p2p()
+                reply = await rogue.send(p2p, sorted(members)[0], rogue.Request("ping", [codec.encode(m.Ping(1))]))
+                assert codec.decode(reply).code == ErrorCode.NOT_MEMBER
+    (tmp_path / "members").mkdir()
+    (tmp_path / "outsider").mkdir()
+    asyncio.run(scenario())
+
+
+async def _at_least(records, n):
+    adverts = await records.get_adverts()
+    return adverts if len(adverts) >= n else None

@@ -1,0 +1,143 @@
+"""Fault-injection specs: peer/chaos.py (`--fault`) and coordinator/chaos_spec.py (`--chaos`)."""
+import pytest
+
+from coordinator.chaos_spec import ChaosSpecError, parse_chaos
+from peer.chaos import Fault, FaultSpecError, make_hook, parse_faults
+
+
+# ---------------------------------------------------------------------------------------------
+# peer/chaos.py: parse_faults
+# ---------------------------------------------------------------------------------------------
+def test_parse_valid_faults():
+    assert parse_faults("kill@3") == [Fault("kill", 3, when="forward")]
+    assert parse_faults("kill@3:backward") == [Fault("kill", 3, when="backward")]
+    assert parse_faults("kill@0:between") == [Fault("kill", 0, when="between")]
+    assert parse_faults("stall@5") == [Fault("stall", 5, factor=10.0)]
+    assert parse_faults("stall@5:2.5") == [Fault("stall", 5, factor=2.5)]
+    assert parse_faults(" kill@1 , stall@2:3 ,") == [Fault("kill", 1), Fault("stall", 2, factor=3.0)]
+    assert parse_faults("") == []
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("kill", "expected kill@N"),
+    ("kill@", "expected kill@N"),
+    ("kill@x", "expected kill@N"),
+    ("kill@-1", "expected kill@N"),
+    ("boom@3", "expected kill@N"),
+    ("kill@3:sideways", "forward, backward or between"),
+    ("kill@3:forward:x", "forward, backward or between"),
+    ("stall@3:fast", "must be a number"),
+    ("stall@3:2:5", "must be a number"),
+    ("stall@3:0.5", "must be >= 1"),
+    ("kill@1,stall@x", "stall@x"),
+])
+def test_parse_invalid_faults(spec, message):
+    with pytest.raises(FaultSpecError, match=message):
+        parse_faults(spec)
+
+
+def test_parse_superscript_iteration_is_a_spec_error():
+    with pytest.raises(FaultSpecError):
+        parse_faults("kill@\u00b3")
+
+
+def test_parse_nan_stall_factor_is_refused():
+    with pytest.raises(FaultSpecError):
+        parse_faults("stall@3:nan")
+
+
+# ---------------------------------------------------------------------------------------------
+# peer/chaos.py: the hook
+# ---------------------------------------------------------------------------------------------
+class Recorder:
+    def __init__(self):
+        self.kills, self.slowdowns = 0, []
+
+    def kill(self):
+        self.kills += 1
+
+    def set_slowdown(self, f):
+        self.slowdowns.append(f)
+
+
+KINDS = ["START", "ORIGIN_FORWARD", "FORWARD", "HEAD", "BACKWARD", "ORIGIN_BACKWARD"]
+
+
+@pytest.mark.parametrize("when, kills_at", [
+    ("forward", {"ORIGIN_FORWARD", "FORWARD"}),
+    ("backward", {"BACKWARD", "ORIGIN_BACKWARD"}),
+    ("between", {"START"}),
+])
+def test_kill_only_at_its_iteration_and_phase(when, kills_at):
+    for it in range(5):
+        for kind in KINDS:
+            rec = Recorder()
+            hook = make_hook(parse_faults(f"kill@3:{when}"), rec.set_slowdown, kill=rec.kill)
+            hook(it, kind)
+            assert rec.kills == (1 if it == 3 and kind in kills_at else 0), (it, kind)
+            assert rec.slowdowns == []
+
+
+def test_kill_default_is_forward():
+    rec = Recorder()
+    hook = make_hook(parse_faults("kill@2"), rec.set_slowdown, kill=rec.kill)
+    hook(2, "START")
+    hook(2, "BACKWARD")
+    assert rec.kills == 0
+    hook(2, "FORWARD")
+    assert rec.kills == 1
+
+
+def test_stall_from_its_iteration_on():
+    rec = Recorder()
+    hook = make_hook(parse_faults("stall@5:4"), rec.set_slowdown, kill=rec.kill)
+    for it in range(5):
+        hook(it, "FORWARD")
+    assert rec.slowdowns == []
+    hook(5, "START")
+    hook(9, "BACKWARD")
+    assert rec.slowdowns == [4.0, 4.0] and rec.kills == 0
+
+
+def test_stall_and_kill_together():
+    rec = Recorder()
+    hook = make_hook(parse_faults("stall@1:2,kill@4:backward"), rec.set_slowdown, kill=rec.kill)
+    hook(0, "FORWARD")
+    hook(4, "FORWARD")
+    assert rec.kills == 0 and rec.slowdowns == [2.0]
+    hook(4, "BACKWARD")
+    assert rec.kills == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# coordinator/chaos_spec.py
+# ---------------------------------------------------------------------------------------------
+def test_parse_chaos_valid():
+    assert parse_chaos("kill:1@iter3,stall:2@iter5", peers=3) == {1: "kill@3", 2: "stall@5"}
+    assert parse_chaos("kill:1@iter3:backward, stall:1@iter0:2.5", peers=2) == \
+        {1: "kill@3:backward,stall@0:2.5"}
+    assert parse_chaos("", peers=3) == {}
+
+
+def test_parse_chaos_output_is_what_the_peer_parses():
+    out = parse_chaos("kill:0@iter2:between,stall:0@iter7:3,kill:2@iter4", peers=3)
+    assert parse_faults(out[0]) == [Fault("kill", 2, when="between"), Fault("stall", 7, factor=3.0)]
+    assert parse_faults(out[2]) == [Fault("kill", 4, when="forward")]
+    assert 1 not in out
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("kill:1@3", "expected kill:P@iterN"),
+    ("kill@iter3", "expected kill:P@iterN"),
+    ("crash:1@iter3", "expected kill:P@iterN"),
+    ("kill:-1@iter3", "expected kill:P@iterN"),
+    ("kill:1@iter3:", "expected kill:P@iterN"),
+    ("kill:3@iter1", "no peer 3"),
+    ("kill:1@iter3:sideways", "forward, backward or between"),
+    ("kill:1@iter3:2", "forward, backward or between"),
+    ("stall:1@iter3:fast", "number >= 1"),
+    ("stall:1@iter3:0.5", "number >= 1"),
+])
+def test_parse_chaos_invalid(spec, message):
+    with pytest.raises(ChaosSpecError, match=message):
+        parse_chaos(spec, peers=3)

@@ -1,0 +1,118 @@
+"""peer/routing/health.py: bans with capped exponential backoff on a fake clock."""
+import pytest
+
+from peer.routing.health import Health
+
+
+class Clock:
+    def __init__(self, t: float = 100.0):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def make(**kw):
+    clock = Clock()
+    return Health(clock=clock, **kw), clock
+
+
+def test_backoff_doubles_and_is_capped():
+    h, clock = make(base_ban_s=1.0, max_ban_s=5.0, suspect_after=100)
+    seen = []
+    for _ in range(6):
+        h.record_failure("p", ["p", "q"])
+        seen.append(h.ban_remaining("p"))
+        clock.t += 10  # let the ban expire before the next failure
+    assert seen == [1.0, 2.0, 4.0, 5.0, 5.0, 5.0]
+
+
+def test_ban_expires_with_the_clock():
+    h, clock = make(base_ban_s=2.0, suspect_after=100)
+    h.record_failure("p", ["p", "q"])
+    assert h.banned("p") and not h.usable("p")
+    clock.t += 1.9
+    assert h.banned("p") and h.ban_remaining("p") == pytest.approx(0.1)
+    clock.t += 0.2
+    assert not h.banned("p") and h.usable("p") and h.ban_remaining("p") == 0.0
+
+
+def test_a_new_failure_never_shortens_a_ban():
+    h, clock = make(base_ban_s=1.0, max_ban_s=30.0, suspect_after=100)
+    for _ in range(4):                      # 1, 2, 4, 8: ends at t+8
+        h.record_failure("p", ["p", "q"])
+    assert h.ban_remaining("p") == pytest.approx(8.0)
+
+
+def test_success_resets_failures_and_ban():
+    h, clock = make(base_ban_s=1.0, suspect_after=3)
+    for _ in range(3):
+        h.record_failure("p", ["p", "q"])
+    assert h.failures("p") == 3 and h.suspect("p") and h.banned("p")
+    h.record_success("p")
+    assert h.failures("p") == 0 and not h.banned("p") and not h.suspect("p") and h.usable("p")
+    h.record_failure("p", ["p", "q"])       # the backoff starts over
+    assert h.ban_remaining("p") == pytest.approx(1.0)
+
+
+def test_suspect_threshold():
+    h, clock = make(suspect_after=3)
+    h.record_failure("p", ["p", "q"])
+    h.record_failure("p", ["p", "q"])
+    assert not h.suspect("p")
+    h.record_failure("p", ["p", "q"])
+    assert h.suspect("p")
+    clock.t += 1e6                          # a suspect stays unusable after its ban ends
+    assert not h.banned("p") and h.suspect("p") and not h.usable("p")
+
+
+def test_departed_peers_are_suspect_until_they_announce_again():
+    h, _ = make()
+    h.set_departed(["p", "r"])
+    assert h.suspect("p") and not h.usable("p") and not h.banned("p")
+    assert h.usable("q")
+    h.set_departed(["r"])                   # the set is replaced, not extended
+    assert h.usable("p") and not h.usable("r")
+
+
+def test_never_ban_the_last_usable_replica():
+    h, _ = make(suspect_after=5)
+    h.record_failure("p", ["p"])            # sole replica
+    assert not h.banned("p") and h.usable("p") and h.failures("p") == 1
+
+
+def test_never_ban_the_last_usable_replica_when_others_are_banned_or_departed():
+    h, _ = make(suspect_after=5)
+    h.record_failure("a", ["a", "b", "c"])   # b, c usable: a is banned
+    assert h.banned("a")
+    h.set_departed(["c"])
+    h.record_failure("b", ["a", "b", "c"])   # a banned, c departed: b is the last one
+    assert not h.banned("b") and h.usable("b")
+
+
+def test_unknown_stage_still_bans():
+    h, _ = make()
+    h.record_failure("p")                    # replicas unknown (not in the schedule)
+    assert h.banned("p")
+
+
+def test_replicas_given_as_a_generator():
+    h, _ = make(suspect_after=5)
+    h.record_failure("p", (x for x in ["p", "q"]))
+    assert h.banned("p")
+    h.record_failure("q", (x for x in ["p", "q"]))   # p is banned now: q is the last one
+    assert not h.banned("q")
+
+
+def test_snapshot_lists_failing_peers():
+    h, clock = make(base_ban_s=4.0)
+    h.record_failure("p", ["p", "q"])
+    h.record_success("q")
+    assert h.snapshot() == {"p": {"failures": 1, "ban_s": 4.0}}
+
+
+@pytest.mark.parametrize("kw", [dict(base_ban_s=0), dict(base_ban_s=-1), dict(base_ban_s=5, max_ban_s=4),
+                                dict(suspect_after=0)])
+def test_bad_settings_are_refused(kw):
+    with pytest.raises(ValueError, match="base_ban_s"):
+        Health(**kw)

@@ -1,0 +1,117 @@
+"""coordinator/replanner.py: when to (re-)plan, with hysteresis against flapping peers."""
+import pytest
+
+from coordinator.replanner import MembershipTracker, ReplanPolicy
+
+P = ReplanPolicy(min_peers=3, hold_s=2.0, min_gap_s=5.0)
+ABC = frozenset("abc")
+ABCD = frozenset("abcd")
+
+
+def test_first_plan_needs_min_peers():
+    t = MembershipTracker(P)
+    t.observe(frozenset("ab"), 0.0)
+    assert not t.should_plan(100.0)
+    t.observe(ABC, 100.0)
+    assert t.should_plan(102.0)
+
+
+def test_first_plan_waits_for_each_peer_to_be_stable():
+    t = MembershipTracker(P)
+    t.observe(ABC, 10.0)
+    assert not t.should_plan(10.0) and not t.should_plan(11.9)
+    t.observe(ABCD, 11.0)                  # d's own hold starts; a, b, c keep theirs
+    assert t.should_plan(12.0) and t.members == ABC
+    assert not t.should_plan(12.9) or t.members == ABC
+    t.should_plan(13.0)
+    assert t.members == ABCD               # d counts once it has been online for hold_s
+
+
+def test_first_plan_is_not_held_back_by_min_gap():
+    t = MembershipTracker(ReplanPolicy(min_peers=1, hold_s=0.5, min_gap_s=1000.0))
+    t.observe(ABC, 0.0)
+    assert t.should_plan(0.5)
+
+
+def test_no_replan_while_membership_matches_the_plan():
+    t = MembershipTracker(P)
+    t.observe(ABC, 0.0)
+    t.planned_now(2.0)
+    assert not t.should_plan(2.0) and not t.should_plan(1000.0)
+    t.observe(ABC, 50.0)                   # the same set again is no change
+    assert not t.should_plan(1000.0)
+
+
+def test_replan_on_change_after_hold_and_min_gap():
+    t = MembershipTracker(P)
+    t.observe(ABC, 0.0)
+    t.planned_now(2.0)
+    t.observe(ABCD, 3.0)                   # a peer arrives
+    assert not t.should_plan(4.0)          # hold not over
+    assert not t.should_plan(6.9)          # hold over, min gap (5 s since 2.0) not
+    assert t.should_plan(7.0)
+    t.planned_now(7.0)
+    assert not t.should_plan(7.0)
+    t.observe(ABC, 100.0)                  # a peer dies long after: within hold_s
+    assert not t.should_plan(101.0) and t.should_plan(102.0)
+
+
+def test_replan_within_five_seconds_of_a_death():
+    t = MembershipTracker(P)
+    t.observe(ABCD, 0.0)
+    t.planned_now(2.0)
+    t.observe(ABC, 30.0)
+    first = next(now / 10 for now in range(300, 400) if t.should_plan(now / 10))
+    assert first - 30.0 <= 5.0
+
+
+def test_no_replan_below_min_peers():
+    t = MembershipTracker(P)
+    t.observe(ABC, 0.0)
+    t.planned_now(2.0)
+    t.observe(frozenset("ab"), 10.0)
+    assert not t.should_plan(100.0)
+
+
+def test_flapping_peer_causes_at_most_one_replan_per_min_gap():
+    for period in (0.5, 1.0, 2.5, 3.0, 4.0, 7.0):   # faster and slower than hold_s / min_gap_s
+        t = MembershipTracker(P)
+        plans = []
+        now, flap_at, up = 0.0, 0.0, True
+        while now < 120.0:
+            if now >= flap_at:
+                up, flap_at = not up, flap_at + period
+            t.observe(ABCD if up else ABC, now)
+            if t.should_plan(now):
+                t.planned_now(now)
+                plans.append(now)
+            now = round(now + 0.1, 1)
+        if period > P.hold_s:
+            assert plans, period
+        gaps = [b - a for a, b in zip(plans, plans[1:])]
+        assert all(g >= P.min_gap_s - 1e-9 for g in gaps), (period, plans)
+        assert len(plans) <= 120.0 / P.min_gap_s + 1
+        # after the peer stops flapping the plan catches up with the membership
+        settle = now + P.min_gap_s + P.hold_s
+        t.observe(ABCD, now)
+        assert t.should_plan(settle) or t.planned == ABCD
+
+
+def test_a_flapping_peer_does_not_starve_the_replan_after_a_death():
+    members = frozenset("abcde")
+    t = MembershipTracker(P)
+    t.observe(members, 0.0)
+    t.planned_now(2.0)
+    plans, now = [], 2.0
+    while now < 60.0:
+        current = set(members)
+        if now >= 20.0:
+            current.discard("d")           # d dies for good at t=20
+        if now >= 10.0 and int(now) % 2:   # e flaps with a 2 s period from t=10
+            current.discard("e")
+        t.observe(frozenset(current), now)
+        if t.should_plan(now):
+            t.planned_now(now)
+            plans.append(now)
+        now = round(now + 0.1, 1)
+    assert any(20.0 <= p <= 25.0 for p in plans), plans
