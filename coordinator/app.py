@@ -26,7 +26,7 @@ from coordinator.status import StatusView
 from coordinator.swarm_view import BanList, NotPlannable, SwarmSnapshot, to_topology
 
 logger = logging.getLogger("skippipe.coordinator")
-SWITCH_MARGIN_S = 3.0      # a new epoch starts this far (in iterations' time) after its publication
+SWITCH_MARGIN_S = 4.0      # a new epoch starts this far (in iterations' time) after its publication
 
 
 def spec_from_config(config: CoordinatorConfig) -> RunSpec:

@@ -4,7 +4,8 @@ Each peer's presence is debounced on its own: a peer joins the planning membersh
 has been online for `hold_s`, and leaves it once it has been gone for `hold_s`. A peer that
 flaps faster than that keeps its previous standing, and cannot delay the reaction to anyone
 else's arrival or death.
-- first plan: as soon as at least `min_peers` debounced members exist;
+- first plan: as soon as at least `min_peers` debounced members exist (later re-plans
+  go ahead with fewer: the swarm must route around its dead);
 - re-plan: the debounced membership differs from the planned one and at least `min_gap_s`
   passed since the last plan (so even a slowly flapping peer costs at most one plan per gap).
 """
@@ -46,8 +47,10 @@ class MembershipTracker:
 
     def should_plan(self, now: float) -> bool:
         self._refresh(now)
-        if self.members == self.planned or len(self.members) < self.policy.min_peers:
+        if self.members == self.planned or not self.members:
             return False
+        if self.planned is None and len(self.members) < self.policy.min_peers:
+            return False   # min_peers gates the first plan only: after a death we must re-plan
         return self.planned is None or now - self.planned_at >= self.policy.min_gap_s
 
     def planned_now(self, now: float) -> None:

@@ -104,6 +104,7 @@ class PeerApp:
                            ping_timeout_s=1.5 + 2 * (self.emulation.max_latency_s if self.emulation else 0.0)),
             on_iteration=self._on_iteration, checkpoints=checkpoints)
         self.worker.slowdown = slowdown  # an emulated slower device: compute takes x slowdown
+        self.worker.refresh_schedule = self.refresh_schedule
         if cfg.fault:
             logger.warning("FAULT INJECTION ON: %s", cfg.fault)
             self.worker.fault_hook = make_hook(parse_faults(cfg.fault),
@@ -191,8 +192,12 @@ class PeerApp:
             await asyncio.sleep(1.0)
 
     async def _watch_departures(self, period_s: float = 1.0) -> None:
-        """Peers of our schedule that announced OFFLINE or whose advert expired are departed:
-        the worker recovers the work it handed them without waiting for heartbeats to fail."""
+        """Peers of our schedule that announced OFFLINE, or whose advert stayed missing for
+        two announce periods in a row, are departed: the worker recovers the work it handed
+        them without waiting for heartbeats to fail. (One missed advert on a busy machine is
+        not a departure; neither are we ourselves.)"""
+        missing_since: dict[str, float] = {}
+        me = self.announcer.advert.peer_id
         while True:
             await asyncio.sleep(period_s)
             schedule = self.worker.current
@@ -203,8 +208,18 @@ class PeerApp:
             except Exception as exc:
                 logger.debug("listing peers failed: %s", exc)
                 continue
-            gone = {p for p in schedule.stage_of()
-                    if p not in adverts or adverts[p].state == PeerState.OFFLINE}
+            now = time.monotonic()
+            gone = set()
+            for p in schedule.stage_of():
+                if p == me:
+                    continue
+                if p in adverts and adverts[p].state == PeerState.OFFLINE:
+                    gone.add(p)              # said goodbye: believe it at once
+                elif p not in adverts:
+                    if now - missing_since.setdefault(p, now) >= 2 * self.config.announce_period_s:
+                        gone.add(p)
+                else:
+                    missing_since.pop(p, None)
             if gone != self.worker.health.departed:
                 logger.info("departed peers: %s", sorted(p[:12] for p in gone))
             self.worker.health.set_departed(gone)

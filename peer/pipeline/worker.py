@@ -118,6 +118,7 @@ class PipelineWorker:
         self._background: set[asyncio.Task] = set()
         self.fault_hook: Callable[[int, str], None] | None = None   # chaos testing only
         self.slowdown = 1.0
+        self.refresh_schedule: Callable[[], Awaitable[None]] | None = None
 
     async def compute(self, fn: Callable, *args) -> Any:
         started = time.monotonic()
@@ -141,6 +142,11 @@ class PipelineWorker:
         monitor = asyncio.create_task(self.recovery.monitor())
         try:
             while True:
+                if self.refresh_schedule is not None:  # a new epoch may start now: do not miss it
+                    try:
+                        await asyncio.wait_for(self.refresh_schedule(), timeout=2.0)
+                    except Exception as exc:
+                        logger.debug("schedule refresh failed: %s", exc)
                 schedule = await self._schedule_with_me()
                 if self.spec.max_steps and self.iteration >= self.spec.max_steps:
                     break
@@ -191,8 +197,9 @@ class PipelineWorker:
             return not st.unresolved()
         # a slow origin is not a dead one: ending early would lose its microbatches, so only
         # a departure (advert gone) or a long silence counts
-        return all(o in st.done_origins or o in self.health.departed
-                   or self.health.failures(o) >= ORIGIN_GONE_AFTER_FAILURES for o in pv.replicas(schedule, 0))
+        h = self.health
+        return all(o in st.done_origins or (o in h.departed and h.failures(o) >= h.suspect_after)
+                   or h.failures(o) >= ORIGIN_GONE_AFTER_FAILURES for o in pv.replicas(schedule, 0))
 
     async def run_iteration(self, i: int, schedule: Schedule) -> IterationOutcome:
         self.current = schedule

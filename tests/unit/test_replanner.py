@@ -65,12 +65,17 @@ def test_replan_within_five_seconds_of_a_death():
     assert first - 30.0 <= 5.0
 
 
-def test_no_replan_below_min_peers():
+def test_min_peers_gates_only_the_first_plan():
     t = MembershipTracker(P)
-    t.observe(ABC, 0.0)
-    t.planned_now(2.0)
-    t.observe(frozenset("ab"), 10.0)
-    assert not t.should_plan(100.0)
+    t.observe(frozenset("ab"), 0.0)
+    assert not t.should_plan(100.0)        # not enough peers to start
+    t.observe(ABC, 100.0)
+    t.planned_now(103.0)
+    t.observe(frozenset("ab"), 110.0)      # c died: re-plan without it, below min_peers
+    assert not t.should_plan(110.5) and t.should_plan(112.0)
+    t.planned_now(112.0)
+    t.observe(frozenset(), 120.0)          # nobody left: nothing to plan
+    assert not t.should_plan(200.0)
 
 
 def test_flapping_peer_causes_at_most_one_replan_per_min_gap():
