@@ -100,9 +100,10 @@ class Hosts:
     def link_up(self, i: int) -> None:
         _ip("-n", self.names[i], "link", "set", self.host_veth(i), "up")
 
-    def cap(self, i: int, rate: str = "40mbit", burst: str = "32kbit", latency: str = "400ms") -> None:
+    def cap(self, i: int, rate: str = "40mbit", burst: str = "32kb", latency: str = "400ms") -> None:
         """A kernel bandwidth cap on host i's link, both directions (tbf shapes egress only,
-        so it goes on both ends of the veth)."""
+        so it goes on both ends of the veth). The bucket should hold at least rate/HZ bytes, else tbf
+        can under-deliver: hence 32 kB, not the issue's 32kbit (4 kB)."""
         for ns, dev in ((self.names[i], self.host_veth(i)), (self.bridge_ns, self.bridge_veth(i))):
             _ip("netns", "exec", ns, "tc", "qdisc", "replace", "dev", dev, "root", "tbf",
                 "rate", rate, "burst", burst, "latency", latency)

@@ -3,7 +3,8 @@
 SPEC is one or more comma-separated faults:
   kill@N[:when]   SIGKILL this peer during iteration N; `when` is forward (at its first forward
                   task, the default), backward (at its first backward task) or between (before
-                  the iteration starts, i.e. between iterations N-1 and N)
+                  the iteration starts, i.e. between iterations N-1 and N). A peer with no such
+                  task in iteration N dies at its first one in a later iteration.
   stall@N[:F]     from iteration N on, every compute task takes F times as long (default 10)
 A kill is a real `kill -9` of our own process: no goodbye, no OFFLINE advert.
 """
@@ -57,7 +58,7 @@ def make_hook(faults: list[Fault], set_slowdown: Callable[[float], None],
     """A worker fault hook: called with (iteration, task kind name or "START")."""
     def hook(iteration: int, kind: str) -> None:
         for f in faults:
-            if f.action == "kill" and iteration == f.iteration and kind in WHEN_KINDS[f.when]:
+            if f.action == "kill" and iteration >= f.iteration and kind in WHEN_KINDS[f.when]:
                 kill()
             if f.action == "stall" and iteration >= f.iteration:
                 set_slowdown(f.factor)

@@ -58,16 +58,19 @@ class Reservations:
                 return t
             ready = min(active)
 
-    def memory_ok(self, n: int, start: float, end: float) -> bool:
-        """Would a new hold [start, end) keep every later forward start within memory?"""
+    def memory_conflict(self, n: int, start: float, end: float) -> float | None:
+        """The first later forward start that a new hold [start, end) would push over m, else None."""
         if not self.memory_limit:
-            return True
+            return None
         holds = self.holds[n]
-        for s0, _ in holds:
-            if start < s0 < end:
-                if 1 + sum(1 for s, e in holds if s <= s0 + _EPS and e > s0 + _EPS) > self.memory[n]:
-                    return False
-        return True
+        for s0 in sorted(s for s, _ in holds if start < s < end):
+            if 1 + sum(1 for s, e in holds if s <= s0 + _EPS and e > s0 + _EPS) > self.memory[n]:
+                return s0
+        return None
+
+    def hold_end(self, n: int) -> float:
+        """When the last activation held on n is released (0 if none)."""
+        return max((e for _, e in self.holds[n]), default=0.0)
 
     def reserve(self, n: int, start: float, end: float) -> None:
         if self.enabled:
@@ -203,7 +206,23 @@ class PathPlanner:
         return out
 
     def _finish(self, state: _State, origin: int, mb: int) -> PlannedPath | None:
-        """Reserve head and backward tentatively (not committed) and time the whole path."""
+        """Time the whole path, its head and backward reserved tentatively (not committed).
+
+        A hold [forward start, backward end) that would cover a later planned forward start on a
+        full node (TC1) is not accepted as is: that hop's forward is moved past the conflicting
+        start and the path re-timed. Starts only move later, so this converges; bounded anyway."""
+        for _ in range(4 * self.length + 4):
+            path, b_end = self._time(state, origin, mb)
+            for i, (n, s) in enumerate(zip(state.nodes, state.f_starts)):
+                s0 = self.res.memory_conflict(n, s, b_end[n])
+                if s0 is not None:
+                    state = self._retime(state, origin, {i: s0})
+                    break
+            else:
+                return path
+        return None
+
+    def _time(self, state: _State, origin: int, mb: int):
         c, res = self.cost, self.res
         tasks = [(n, "F", s, s + c.fwd_list[n][st]) for n, st, s in zip(state.nodes, state.stages, state.f_starts)]
         last = state.nodes[-1]
@@ -218,10 +237,25 @@ class PathPlanner:
             s = res.gap(n, max(ready, h0 + c.head_list[origin]) if n == origin else ready, dur)
             tasks.append((n, "B", s, s + dur))
             b_end[n], t, prev = s + dur, s + dur, n
-        for n, s in zip(state.nodes, state.f_starts):
-            if not res.memory_ok(n, s, b_end[n]):
-                return None
-        return PlannedPath(mb, state.stages, state.nodes, tuple(tasks), t)
+        return PlannedPath(mb, state.stages, state.nodes, tuple(tasks), t), b_end
+
+    def _retime(self, state: _State, origin: int, floors: dict) -> _State:
+        """Recompute the forward starts, hop i no earlier than floors[i]; earlier hops keep theirs."""
+        c, first = self.cost, min(floors)
+        starts = list(state.f_starts[:first])
+        f_end = starts[-1] + c.fwd_list[state.nodes[first - 1]][state.stages[first - 1]] if first else 0.0
+        for i in range(first, len(state.nodes)):
+            n, st = state.nodes[i], state.stages[i]
+            ready = state.f_starts[0] if i == 0 else f_end + c.xfer_list[state.nodes[i - 1]][n]
+            t = self.res.forward_start(n, max(ready, floors.get(i, 0.0)), c.fwd_list[n][st])
+            starts.append(t)
+            f_end = t + c.fwd_list[n][st]
+        return _State(state.stages, state.nodes, tuple(starts), f_end, state.seq, state.score)
+
+    def _finish_safe(self, state: _State, origin: int, mb: int) -> PlannedPath:
+        """Every hop after all activations its node holds are released: always within memory."""
+        floors = {i: self.res.hold_end(n) for i, n in enumerate(state.nodes)}
+        return self._time(self._retime(state, origin, floors), origin, mb)[0]
 
     def plan_one(self, mb: int, origin: int, release: float = 0.0) -> PlannedPath:
         for level in (0, 1, 2):                 # a dead end relaxes the balance pacing, then the cap
@@ -242,16 +276,9 @@ class PathPlanner:
             if not beam:
                 return None
         done = [p for p in (self._finish(s, origin, mb) for s in beam) if p is not None]
-        if not done:   # memory would overflow on every candidate: keep the fastest, repair later
-            return self._finish_unchecked(beam[0], origin, mb)
+        if not done:   # re-timing did not settle: run the best candidate after every held activation
+            return self._finish_safe(beam[0], origin, mb)
         return min(done, key=lambda p: (p.end, p.stages, p.nodes))
-
-    def _finish_unchecked(self, state, origin, mb):
-        saved, self.res.memory_limit = self.res.memory_limit, False
-        try:
-            return self._finish(state, origin, mb)
-        finally:
-            self.res.memory_limit = saved
 
     def commit(self, path: PlannedPath) -> None:
         ends = {}

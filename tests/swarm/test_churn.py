@@ -37,10 +37,10 @@ def test_kill_a_middle_stage_peer(tmp_path, when):
     rows = summary["iterations"]
     assert [r["iteration"] for r in rows] == list(range(6))
     assert_accounted(rows)
-    fault = rows[2]
-    assert fault["rerouted"] + fault["skipped_stage"] + fault["reissued"] >= 1, fault
+    recovered = [r["iteration"] for r in rows if r["rerouted"] + r["skipped_stage"] + r["reissued"]]
+    assert recovered and recovered[0] >= 2, rows     # the kill (at iteration 2 or its next task) bit
     assert "recovered:" in out
-    assert summary["losses"][-1] < summary["losses"][2] < summary["losses"][0]
+    assert summary["losses"][-1] < summary["losses"][recovered[0]] < summary["losses"][0]
 
 
 def test_a_stalled_peer_slows_but_does_not_break_training(tmp_path):
@@ -93,11 +93,14 @@ def test_coordinator_restart_continues_from_the_stored_epoch(tmp_path):
                                    initial_peers=tuple(maddrs[:1])) as second:
                 await wait_for(lambda: second.schedule is not None, 30, "the stored schedule")
                 assert second.schedules[0].epoch == old_epoch       # picked up, not started over
-                await wait_for(lambda: len(second.summaries) >= 3, 180, "iterations after the restart")
+                await wait_for(lambda: second.summaries and second.summaries[-1].iteration > last_seen + 2,
+                               180, "iterations after the restart")
                 assert second.schedule.epoch >= old_epoch
                 return last_seen, second.summaries
         finally:
             procs_ctx.__exit__(None, None, None)
     last_seen, after = asyncio.run(scenario())
-    assert after[0].iteration > last_seen              # training did not restart from zero
+    # the peers did not start over: one consecutive run of iterations, on past the restart
+    assert [s.iteration for s in after] == list(range(after[0].iteration, after[0].iteration + len(after)))
+    assert after[-1].iteration > last_seen + 2
     assert all(s.lost == 0 and s.completed > 0 for s in after)

@@ -51,6 +51,13 @@ def test_routes_valid_on_random_topologies(preset, n, stages, k, seed, memory, s
                 held -= 1
 
 
+def test_memory_one_regression_geo_5_nodes():
+    # Found by the property test: a late-planned microbatch's hold on the only stage-1 node covered
+    # another's planned forward start (m=1), and the planner used to commit it over the limit.
+    test_routes_valid_on_random_topologies.hypothesis.inner_test(
+        preset="geo", n=5, stages=4, k=1 / 3, seed=15, memory=1, swaps=False)
+
+
 def test_deterministic_for_a_seed():
     t = make_topology("geo", 20, random.Random(5))
     a, b = plan(t, PlanConfig(), 7), plan(t, PlanConfig(), 7)      # the default config, all 3 partitions
