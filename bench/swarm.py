@@ -1,0 +1,84 @@
+"""Transport benchmark (issue 4): the real RPC stack over real hivemind P2P on 127.0.0.1.
+
+Two P2P daemons in this process; one serves an RpcServer over HivemindTransport, the other
+calls it with RpcClient, exactly as peers do. Measured side by side:
+- per-hop overhead: round trip of a Ping (no compute, no payload) -> median / p95 ms;
+- payload throughput: 16 MB float32 ForwardRequests (streamed in chunks) -> MB/s.
+Targets: overhead < 10 ms, throughput >= 200 MB/s. (Peer memory against its activation budget
+is not measured here yet.)
+
+  python bench/swarm.py [--pings 200] [--sends 8]
+Last line: RESULT hop_overhead_ms=<median> hop_p95_ms=<n> throughput_mb_s=<median>
+"""
+import argparse
+import asyncio
+import statistics
+import time
+
+import numpy as np
+from hivemind.p2p import P2P
+
+from protocol import messages as m
+from protocol.tensors import TensorPayload
+
+from peer.transport.hivemind_p2p import HivemindTransport
+from peer.transport.rpc import RpcClient, RpcServer
+
+PAYLOAD_MB = 16
+
+
+async def main(pings: int, sends: int) -> None:
+    server_p2p = await P2P.create(host_maddrs=["/ip4/127.0.0.1/tcp/0"])
+    client_p2p = await P2P.create(host_maddrs=["/ip4/127.0.0.1/tcp/0"],
+                                  initial_peers=[str(a) for a in await server_p2p.get_visible_maddrs()])
+    try:
+        server = RpcServer()
+        got = []
+
+        async def on_ping(remote, req):
+            return m.Pong(req.nonce)
+
+        async def on_forward(remote, req):
+            got.append(len(req.tensor.data))
+            return m.ForwardReply(req.header)
+
+        server.register(m.Ping, on_ping)
+        server.register(m.ForwardRequest, on_forward)
+        await HivemindTransport(server_p2p).serve(server.handle)
+        client = RpcClient(HivemindTransport(client_p2p))
+        target = server_p2p.peer_id.to_base58()
+        for i in range(5):  # warm up the connection
+            await client.call(target, m.Ping(i), 10.0)
+        rtts = []
+        for i in range(pings):
+            t0 = time.perf_counter()
+            await client.call(target, m.Ping(i), 10.0)
+            rtts.append((time.perf_counter() - t0) * 1000)
+        data = np.random.default_rng(0).standard_normal(PAYLOAD_MB * 1024 * 1024 // 4, dtype=np.float32).tobytes()
+        payload = TensorPayload("float32", (len(data) // 4,), data)
+        header = m.WorkHeader("bench", 1, 0, 0, 1)
+        rates = []
+        for _ in range(sends):
+            t0 = time.perf_counter()
+            await client.call(target, m.ForwardRequest(header, payload), 60.0)
+            rates.append(len(data) / 1e6 / (time.perf_counter() - t0))
+        assert got and all(n == len(data) for n in got)
+        rtts.sort()
+        median, p95 = statistics.median(rtts), rtts[int(0.95 * (len(rtts) - 1))]
+        rate = statistics.median(rates)
+        print(f"per-hop overhead (Ping round trip, {pings} calls): median {median:.2f} ms, p95 {p95:.2f} ms "
+              f"(target < 10 ms: {'met' if median < 10 else 'NOT met'})")
+        print(f"{PAYLOAD_MB} MB forward request ({sends} sends): median {rate:.0f} MB/s, "
+              f"min {min(rates):.0f}, max {max(rates):.0f} (target >= 200 MB/s: {'met' if rate >= 200 else 'NOT met'})")
+        print(f"RESULT hop_overhead_ms={median:.2f} hop_p95_ms={p95:.2f} throughput_mb_s={rate:.0f}")
+    finally:
+        await client_p2p.shutdown()
+        await server_p2p.shutdown()
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--pings", type=int, default=200)
+    p.add_argument("--sends", type=int, default=8)
+    a = p.parse_args()
+    asyncio.run(main(a.pings, a.sends))
