@@ -1,4 +1,5 @@
-"""Per-iteration bookkeeping of the microbatches that pass through this peer.
+"""Per-iteration bookkeeping of the microbatches that pass through this peer (and the data
+records the worker passes around: Work, IterationOutcome).
 
 Recovery re-sends a microbatch with a higher `attempt` (and the route it now takes), so every
 peer keeps, per microbatch: the newest attempt it accepted (older ones are stale, an equal one
@@ -7,7 +8,10 @@ whether its parameters already received this microbatch's gradient (a replay thr
 that already counted it only passes gradients on: counted once). Origins also track how each
 of their microbatches ends, for exactly-once accounting.
 """
+import time
 from dataclasses import dataclass, field
+
+import torch
 
 from protocol.schedule import Route
 
@@ -87,3 +91,35 @@ class IterationState:
             if e.outcome is not None:
                 out[e.outcome] += 1
         return out
+
+
+@dataclass
+class Work:
+    """An input waiting in the inbox: the tensor, the route and attempt it came with."""
+
+    tensor: torch.Tensor
+    route: Route
+    attempt: int
+    sender: str
+
+
+@dataclass
+class IterationOutcome:
+    iteration: int
+    epoch: int
+    stage: int
+    counts: dict[str, int] = field(default_factory=dict)
+    loss_sum: float = 0.0
+    samples: int = 0
+    stages_visited: int = 0
+    started_at: float = field(default_factory=time.time)
+    finished_at: float = 0.0
+    timed_out: bool = False
+
+    @property
+    def completed(self) -> int:
+        return self.counts.get("completed", 0)
+
+    @property
+    def lost(self) -> int:
+        return self.counts.get("lost", 0)

@@ -28,7 +28,7 @@ from peer.compute.runner import StageRunner
 from peer.pipeline import plan_view as pv
 from peer.pipeline.averaging import ShareBox, combine, Contribution
 from peer.pipeline.checkpoint import CheckpointStore
-from peer.pipeline.flights import Flight, IterationState, OriginEntry
+from peer.pipeline.flights import Flight, IterationOutcome, IterationState, OriginEntry, Work
 from peer.pipeline.inbox import Inbox
 from peer.pipeline.recovery import Recovery
 from peer.pipeline.schedule_book import ScheduleBook
@@ -52,38 +52,6 @@ class WorkerSettings:
     heartbeat_s: float = 0.5          # how often we check on peers that owe us work
     ping_timeout_s: float = 2.0
     extra_skips: int = 1              # recovery skip budget (k > 0 only), see routing/fallback.py
-
-
-@dataclass
-class Work:
-    """An input waiting in the inbox: the tensor, the route and attempt it came with."""
-
-    tensor: torch.Tensor
-    route: Route
-    attempt: int
-    sender: str
-
-
-@dataclass
-class IterationOutcome:
-    iteration: int
-    epoch: int
-    stage: int
-    counts: dict[str, int] = field(default_factory=dict)
-    loss_sum: float = 0.0
-    samples: int = 0
-    stages_visited: int = 0
-    started_at: float = field(default_factory=time.time)
-    finished_at: float = 0.0
-    timed_out: bool = False
-
-    @property
-    def completed(self) -> int:
-        return self.counts.get("completed", 0)
-
-    @property
-    def lost(self) -> int:
-        return self.counts.get("lost", 0)
 
 
 BatchFn = Callable[[int, int, int, int], tuple[torch.Tensor, torch.Tensor]]
