@@ -21,7 +21,7 @@ from coordinator.config import CoordinatorConfig
 from coordinator.dht_io import CoordinatorRecords, record_validators
 from coordinator.planner import PlanConfig, PlanningError, plan
 from coordinator.progress import IterationSummary, ProgressTracker
-from coordinator.replanner import MembershipTracker, ReplanPolicy
+from coordinator.replanner import CollapseGuard, MembershipTracker, ReplanPolicy
 from coordinator.status import StatusView
 from coordinator.swarm_view import BanList, NotPlannable, SwarmSnapshot, to_topology
 
@@ -81,6 +81,7 @@ class CoordinatorApp:
         self.replans: list[dict] = []       # every published epoch: when, why, from which iteration
         self.bans = BanList()               # peers that failed spot checks (shown in status)
         self.snapshot: SwarmSnapshot | None = None      # the latest round's view (status page)
+        self.collapse_guard = CollapseGuard()
         self.topology = None                # what the current schedule was planned for (Gantt)
         self.last_reports: dict = {}        # peer -> IterationReport of the last completed iteration
         self.status = StatusView(self)
@@ -150,9 +151,14 @@ class CoordinatorApp:
     async def _tick(self) -> None:
         adverts = await self._unbanned(await self.records.get_adverts())
         snapshot = SwarmSnapshot(adverts, await self.records.get_links())
+        now = time.monotonic()
+        if self.snapshot is not None and not self.collapse_guard.accept(
+                frozenset(self.snapshot.online), frozenset(snapshot.online), now):
+            logger.info("the DHT shows %d of %d peers at once: taking it for a failed lookup for now",
+                        len(snapshot.online), len(self.snapshot.online))
+            snapshot = self.snapshot
         self.snapshot = snapshot
         self.status.observe(snapshot)
-        now = time.monotonic()
         self.membership.observe(frozenset(snapshot.online), now)
         if self.membership.should_plan(now):
             await self._replan(snapshot)
@@ -186,7 +192,8 @@ class CoordinatorApp:
             topology = self.adjust_topology(topology)
             t0 = time.perf_counter()
             schedule = plan(topology, PlanConfig(strategy=self.config.strategy, skip_ratio=self.spec.skip_ratio,
-                                                 run=self.spec.run, epoch=epoch), self.config.seed + epoch)
+                                                 run=self.spec.run, epoch=epoch, overheads=self.config.overheads),
+                            self.config.seed + epoch)
         except (NotPlannable, PlanningError) as exc:
             logger.warning("cannot plan yet: %s", exc)
             return

@@ -56,3 +56,22 @@ class MembershipTracker:
     def planned_now(self, now: float) -> None:
         self._refresh(now)
         self.planned, self.planned_at = self.members, now
+
+
+@dataclass
+class CollapseGuard:
+    """A read of the adverts that lost most of the swarm at once is more likely a DHT lookup
+    that failed (a partition stalls lookups that touch the cut-off node) than a mass departure:
+    keep the previous view for up to `hold_s` before believing it."""
+    hold_s: float = 15.0
+    since: float | None = None
+
+    def accept(self, previous: frozenset[str], online: frozenset[str], now: float) -> bool:
+        lost = len(previous - online)
+        if len(previous) >= 2 and 2 * lost > len(previous):
+            if self.since is None:
+                self.since = now
+            if now - self.since < self.hold_s:
+                return False
+        self.since = None
+        return True

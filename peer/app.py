@@ -19,12 +19,14 @@ from peer.security.guard import PeerGuard
 from peer.security.limits import coalesced
 from peer.discovery.announcer import Announcer
 from peer.discovery.link_prober import measure_link
+from peer.discovery.rebootstrap import peer_ids_of, rebootstrap
 from peer.pipeline.checkpoint import CheckpointStore
 from peer.pipeline.handlers import WorkHandlers
 from peer.pipeline.schedule_book import ScheduleBook, StaleSchedule
-from peer.chaos import make_hook, parse_faults
+from peer.chaos import corrupting, make_hook, parse_faults
 from peer.pipeline.worker import IterationOutcome, PipelineWorker, WorkerSettings
 from peer.metrics import MeteredTransport, PeerMetrics, metrics_routes
+from peer.isolation import IsolationMonitor
 from peer.reachability import run_self_test
 from peer.status import status_line
 from peer.transport.hivemind_p2p import HivemindTransport
@@ -34,6 +36,7 @@ logger = logging.getLogger("skippipe.peer")
 SPEC_WAIT_S = 60.0
 LINGER_AFTER_FINISH_S = 5.0
 REPORTS_KEPT = 16
+SPOT_CHECKS_TTL_S = 1800.0   # our spot-check reports stay readable this long after the last one
 
 
 class StartupError(Exception):
@@ -76,6 +79,7 @@ class PeerApp:
 
     async def _run_with(self, dht: DHT) -> int:
         cfg = self.config
+        self.dht = dht
         p2p = await dht.replicate_p2p()
         try:  # the link emulator (testing only; off without --topology) sits under the metrics
             inner, self.emulation = emulate(HivemindTransport(p2p), cfg.topology, cfg.node_id, cfg.node_map)
@@ -99,16 +103,18 @@ class PeerApp:
         self.worker = PipelineWorker(
             me, spec, self.rpc, self.book, runtime.make_runner, runtime.batch,
             WorkerSettings(max_activations=cfg.max_activations, rpc_timeout_s=cfg.rpc_timeout_s,
-                           iteration_timeout_s=cfg.iteration_timeout_s,
+                           iteration_timeout_s=cfg.iteration_timeout_s, spot_check_rate=cfg.spot_check_rate,
                            # emulated links delay every heartbeat by up to two latencies
                            ping_timeout_s=1.5 + 2 * (self.emulation.max_latency_s if self.emulation else 0.0)),
             on_iteration=self._on_iteration, checkpoints=checkpoints)
         self.worker.slowdown = slowdown  # an emulated slower device: compute takes x slowdown
         self.worker.refresh_schedule = self.refresh_schedule
+        self.worker.spot.publish = lambda record: self.records.put_spot_checks(record, ttl_s=SPOT_CHECKS_TTL_S)
         if cfg.fault:
             logger.warning("FAULT INJECTION ON: %s", cfg.fault)
-            self.worker.fault_hook = make_hook(parse_faults(cfg.fault),
-                                               lambda f: setattr(self.worker, "slowdown", f))
+            faults = parse_faults(cfg.fault)
+            self.worker.fault_hook = make_hook(faults, lambda f: setattr(self.worker, "slowdown", f))
+            self.worker.make_runner = corrupting(self.worker.make_runner, faults)
         server = self.guard.rpc_server(self.records, RpcServer)
         WorkHandlers(self.worker, coalesced(self.refresh_schedule)).register(server)
         await transport.serve(server.handle)
@@ -130,7 +136,8 @@ class PeerApp:
     async def _serve_until_stopped(self) -> None:
         background = [asyncio.create_task(c) for c in (
             self.announcer.run(), self._watch_schedule(), self._probe_links(), self._print_status(),
-            self._watch_departures(),
+            IsolationMonitor(self.worker, self.records, self.rpc, self.announcer.advert.peer_id,
+                             self.config.announce_period_s, rebootstrap=self._rebootstrap).run(),
             self.guard.run(self.config.announce_period_s))]
         work = asyncio.create_task(self.worker.run())
         stopper = asyncio.create_task(self.stop.wait())
@@ -191,38 +198,8 @@ class PeerApp:
             await self.refresh_schedule()
             await asyncio.sleep(1.0)
 
-    async def _watch_departures(self, period_s: float = 1.0) -> None:
-        """Peers of our schedule that announced OFFLINE, or whose advert stayed missing for
-        two announce periods in a row, are departed: the worker recovers the work it handed
-        them without waiting for heartbeats to fail. (One missed advert on a busy machine is
-        not a departure; neither are we ourselves.)"""
-        missing_since: dict[str, float] = {}
-        me = self.announcer.advert.peer_id
-        while True:
-            await asyncio.sleep(period_s)
-            schedule = self.worker.current
-            if schedule is None:
-                continue
-            try:
-                adverts = await self.records.get_adverts()
-            except Exception as exc:
-                logger.debug("listing peers failed: %s", exc)
-                continue
-            now = time.monotonic()
-            gone = set()
-            for p in schedule.stage_of():
-                if p == me:
-                    continue
-                if p in adverts and adverts[p].state == PeerState.OFFLINE:
-                    gone.add(p)              # said goodbye: believe it at once
-                elif p not in adverts:
-                    if now - missing_since.setdefault(p, now) >= 2 * self.config.announce_period_s:
-                        gone.add(p)
-                else:
-                    missing_since.pop(p, None)
-            if gone != self.worker.health.departed:
-                logger.info("departed peers: %s", sorted(p[:12] for p in gone))
-            self.worker.health.set_departed(gone)
+    async def _rebootstrap(self, peers: list[str]) -> int:
+        return await rebootstrap(self.dht, [*peers, *peer_ids_of(self.config.initial_peers)])
 
     async def _probe_links(self, period_s: float = 30.0) -> None:
         me = self.announcer.advert.peer_id

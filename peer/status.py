@@ -16,6 +16,8 @@ def status_line(worker: PipelineWorker, peer_id: str, state: str, reach: str = "
             parts.append(f"loss={last.loss_sum / last.samples:.3f}")
     if reach:
         parts.append(f"reach={reach}")
+    if worker.isolation.cut_off:
+        parts.append("CUT-OFF")
     return " ".join(parts)
 
 
@@ -30,6 +32,7 @@ def status_dict(app) -> dict:
     if worker is not None:
         last = worker.history[-1] if worker.history else None
         out.update(peer_id=worker.me, stage=worker.stage, iteration=worker.iteration, inbox=len(worker.inbox),
+                   cut_off=worker.isolation.cut_off,
                    last_iteration_s=(last.finished_at - last.started_at) if last else None,
                    last_loss=(last.loss_sum / last.samples) if last and last.samples else None,
                    microbatches={k: sum(o.counts.get(k, 0) for o in worker.history)

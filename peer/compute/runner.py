@@ -216,6 +216,17 @@ class StageRunner:
                 out = self.module(inp)
             return self._store(key, inp, out)
 
+    def recompute(self, hidden: torch.Tensor, step: int) -> torch.Tensor | None:
+        """Spot check (peer/pipeline/spot_checks.py): this stage's forward, nothing stashed, with
+        the parameters as they were after `step` steps; None if the optimizer has moved on."""
+        with self._lock:  # also orders it against step(): the parameters cannot change mid-way
+            self._require_origin("recompute", origin=False)
+            if self.step_count != step:
+                return None
+            x = self._check_float("spot-check activation", hidden, None)
+            with torch.no_grad(), self._autocast():
+                return self._out(self.module(x))
+
     def forward_origin(self, key: Key, tokens: torch.Tensor) -> torch.Tensor:
         """Stage 0: embed the tokens and run stage 0's layers; returns the hidden state."""
         with self._lock:
@@ -346,6 +357,15 @@ class StageRunner:
             self.samples_this_step, self._microbatches = 0, 0
             self._loss_sum, self._loss_count = 0.0, 0
             return stats
+
+    def abandon(self) -> None:
+        """Forget this iteration's gradients and stash without stepping (we were cut off
+        mid-iteration: the replicas stepped without us, or will re-send the work)."""
+        with self._lock:
+            self.optimizer.zero_grad(set_to_none=True)
+            self._stash.clear()
+            self.samples_this_step, self._microbatches = 0, 0
+            self._loss_sum, self._loss_count = 0.0, 0
 
     # ---- replica averaging and checkpoints ----
 

@@ -10,6 +10,7 @@ from typing import Awaitable, Callable
 from protocol import messages as m
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.schedule import Phase
+from protocol.spot_checks import SpotCheckReference, SpotCheckRequest
 
 import torch
 
@@ -17,6 +18,7 @@ from peer.compute import tensor_codec
 from peer.compute.model import get_config
 from peer.compute.errors import BadTensor
 from peer.pipeline import plan_view as pv
+from peer.pipeline import spot_checks
 from peer.pipeline.inbox import InboxFull
 from peer.pipeline.state_sync import NotReady
 from peer.pipeline.worker import PipelineWorker, Work
@@ -48,6 +50,8 @@ class WorkHandlers:
         server.register(m.IterationDone, self.iteration_done)
         server.register(m.MicrobatchFailed, self.microbatch_failed)
         server.register(m.StateRequest, self.state_request)
+        server.register(SpotCheckRequest, self.spot_check_request)
+        server.register(SpotCheckReference, self.spot_check_reference)
 
     async def forward(self, remote: str, request: m.ForwardRequest) -> m.ForwardReply:
         await self._accept(remote, request.header, request.tensor, Phase.FORWARD)
@@ -62,6 +66,8 @@ class WorkHandlers:
 
     async def _schedule_for(self, header_run: str, epoch: int, iteration: int):
         w = self.worker
+        if w.isolation.away:   # our work was rerouted while we were cut off: take none until we rejoin
+            raise Rejected(ErrorCode.SHUTTING_DOWN, "this peer is sitting out a partition until it rejoins")
         if header_run != w.spec.run:
             raise Rejected(ErrorCode.UNKNOWN_RUN, f"this peer serves run {w.spec.run!r}, not {header_run!r}")
         if iteration < w.iteration:
@@ -105,6 +111,7 @@ class WorkHandlers:
             raise Rejected(ErrorCode.OVERLOADED, str(exc)) from None
         if phase == Phase.FORWARD:
             st.record_attempt(mb, task.kind, header.attempt)
+            w.spot.saw_forward(schedule, route, header, remote, tensor, payload.dtype)
 
     def _origin_moved_on(self, origin: str, iteration: int) -> None:
         """An origin sending work of `iteration` is done with every earlier one (a backup for
@@ -158,6 +165,35 @@ class WorkHandlers:
             logger.warning("rejected a %s from %s: %s", phase.name.lower(), remote[:12], exc)
             raise Rejected(exc.code, str(exc)) from None
         return tensor
+
+    async def spot_check_request(self, remote: str, request: SpotCheckRequest) -> m.ForwardReply:
+        """Recompute another replica's forward for a spot check (in the background; the result
+        goes to the next hop as a SpotCheckReference). Validated like a forward."""
+        w, header = self.worker, request.header
+        schedule = await self._schedule_for(header.run, header.epoch, header.iteration)
+        route = self._route_of(schedule, header)
+        why = spot_checks.request_problem(route, header.hop_index, remote, w.me, schedule.stage_of().get(w.me))
+        if why is not None:
+            raise Rejected(ErrorCode.WRONG_STAGE, f"spot check refused: {why}")
+        code = w.spot.admit(header)
+        if code is not None:
+            raise Rejected(code, f"spot check of microbatch {header.microbatch_id} not taken ({code.name.lower()})")
+        tensor = self._decode_activation(remote, request.tensor, Phase.FORWARD)
+        w.spot.serve(route, header, tensor)
+        return m.ForwardReply(header)
+
+    async def spot_check_reference(self, remote: str, ref: SpotCheckReference) -> m.Ack:
+        """Another replica's output for the forward the hop before us sends (or sent) us."""
+        w, header = self.worker, ref.header
+        schedule = await self._schedule_for(header.run, header.epoch, header.iteration)
+        route = self._route_of(schedule, header)
+        why = spot_checks.reference_problem(route, header.hop_index, remote, ref.suspect, w.me,
+                                            lambda stage: pv.replicas(schedule, stage))
+        if why is not None:
+            raise Rejected(ErrorCode.NOT_MEMBER, f"spot-check reference refused: {why}")
+        tensor = self._decode_activation(remote, ref.tensor, Phase.FORWARD)
+        w.spot.add_reference(route, header, ref.suspect, remote, tensor, ref.tensor.dtype)
+        return m.Ack(header.iteration)
 
     async def iteration_done(self, remote: str, done: m.IterationDone) -> m.Ack:
         w = self.worker

@@ -32,6 +32,8 @@ from peer.pipeline.flights import Flight, IterationOutcome, IterationState, Orig
 from peer.pipeline.inbox import Inbox
 from peer.pipeline.recovery import Recovery
 from peer.pipeline.schedule_book import ScheduleBook
+from peer.pipeline.spot_checks import SpotChecks
+from peer.pipeline import rejoin
 from peer.pipeline.state_sync import StateDonor, fetch_state
 from peer.routing.fallback import classify
 from peer.routing.health import Health
@@ -52,6 +54,7 @@ class WorkerSettings:
     heartbeat_s: float = 0.5          # how often we check on peers that owe us work
     ping_timeout_s: float = 2.0
     extra_skips: int = 1              # recovery skip budget (k > 0 only), see routing/fallback.py
+    spot_check_rate: float = 0.0      # share of forwards recomputed elsewhere, see spot_checks.py
 
 
 BatchFn = Callable[[int, int, int, int], tuple[torch.Tensor, torch.Tensor]]
@@ -82,11 +85,13 @@ class PipelineWorker:
         self.finished = asyncio.Event()
         self.recovery = Recovery(self)
         self.donor = StateDonor(self)
+        self.spot = SpotChecks(self, settings.spot_check_rate)
         self.stepped_iteration = start_iteration - 1   # the last iteration whose step is done
         self._background: set[asyncio.Task] = set()
         self.fault_hook: Callable[[int, str], None] | None = None   # chaos testing only
         self.slowdown = 1.0
         self.refresh_schedule: Callable[[], Awaitable[None]] | None = None
+        self.isolation = rejoin.Isolation()            # set by peer/isolation.py
 
     async def compute(self, fn: Callable, *args) -> Any:
         started = time.monotonic()
@@ -118,7 +123,10 @@ class PipelineWorker:
                 schedule = await self._schedule_with_me()
                 if self.spec.max_steps and self.iteration >= self.spec.max_steps:
                     break
-                outcome = await self.run_iteration(self.iteration, schedule)
+                outcome = await rejoin.unless_cut_off(self, self.run_iteration(self.iteration, schedule))
+                if outcome is None:
+                    await rejoin.sit_out(self, self.iteration)
+                    continue
                 self.history.append(outcome)
                 if self.checkpoints is not None:
                     await self.compute(self.checkpoints.save, self.runner, self.stage, self.iteration)
@@ -171,6 +179,7 @@ class PipelineWorker:
 
     async def run_iteration(self, i: int, schedule: Schedule) -> IterationOutcome:
         self.current = schedule
+        self.spot.begin_iteration(i, self.runner)
         if self.fault_hook is not None:
             self.fault_hook(i, "START")
         st = self.state(i)
@@ -197,7 +206,7 @@ class PipelineWorker:
         outcome.counts = st.counts()
         await self._average_and_step(i, schedule, outcome)
         self.stepped_iteration = i
-        self._end_iteration(i)
+        self.end_iteration(i)
         outcome.finished_at = time.time()
         return outcome
 
@@ -211,7 +220,7 @@ class PipelineWorker:
             missing = sorted(set(pv.replicas(self.current, 0)) - st.done_origins)
             logger.error("iteration %d timed out waiting for origin(s) %s", i, [p[:12] for p in missing])
 
-    def _end_iteration(self, i: int) -> None:
+    def end_iteration(self, i: int) -> None:
         self.inbox.drop_before(i + 1)
         for key in [k for k in self.targets if k[0] <= i]:
             del self.targets[key]
@@ -315,6 +324,7 @@ class PipelineWorker:
         else:
             payload = tensor_codec.encode(tensor)
             request = (m.ForwardRequest if dest.phase == Phase.FORWARD else m.BackwardRequest)(header, payload)
+            self.spot.maybe_check(schedule, route, request, dest.peer)  # sampled: recomputed elsewhere
             ok = await self.send_with_retries(dest.peer, request, f"microbatch {mb} {nxt.kind.name}",
                                               give_up_when_suspect=recoverable)
         if not ok and recoverable:
@@ -372,13 +382,14 @@ class PipelineWorker:
         if others:
             share = m.GradientShare(self.spec.run, schedule.epoch, i, self.stage, mine.samples,
                                     tensor_codec.encode(mine.vector), mine.loss_sum)
-            await asyncio.gather(*(self.send_with_retries(p, share, f"gradient share {i}") for p in others))
+            sent = await asyncio.gather(*(self.send_with_retries(p, share, f"gradient share {i}") for p in others))
+            refused = {p for p, ok in zip(others, sent) if not ok}   # e.g. sitting out a partition
             # replicas may legitimately still be working: wait as long as an iteration may take,
-            # but not for one that died (its gradients died with it)
+            # but not for one that died (its gradients died with it) or would not take ours
             self.recovery.averaging_with = set(others)  # heartbeat them while we wait
             try:
                 got = await self.shares.collect(i, self.stage, set(others), self.settings.iteration_timeout_s,
-                                                gone=self.health.suspect)
+                                                gone=lambda p: p in refused or self.health.suspect(p))
             finally:
                 self.recovery.averaging_with = set()
             result = combine({**got, self.me: mine}, [self.me, *others])

@@ -10,6 +10,7 @@ class MemoryNetwork:
 
     def __init__(self):
         self.handlers: dict[str, Handler] = {}
+        self.cut: set[str] = set()          # partitioned peers: nothing gets to or from them
 
     def transport(self, peer_id: str) -> "MemoryTransport":
         return MemoryTransport(self, peer_id)
@@ -22,7 +23,7 @@ class MemoryTransport(Transport):
 
     async def request(self, peer: str, frames: Sequence[bytes], timeout: float) -> bytes:
         handler = self.network.handlers.get(peer)
-        if handler is None:
+        if handler is None or {peer, self.peer_id} & self.network.cut:
             raise TransportError(peer, "failed to dial: no such peer")
         if any(len(f) > MAX_FRAME_BYTES for f in frames):
             raise TransportError(peer, "frame too large")

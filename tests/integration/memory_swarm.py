@@ -57,12 +57,12 @@ def kill_hook(network: MemoryNetwork, peer: str, iteration: int, kind: str):
     return hook
 
 
-async def run_memory_swarm(spec: m.RunSpec, schedule: Schedule, batch, timeout: float = 60.0,
-                           kill: dict[str, tuple[int, str]] | None = None):
-    """Run every peer of `schedule` to spec.max_steps. `kill`: peer -> (iteration, task kind)
-    at which that peer dies; the others must carry on."""
+async def build_memory_swarm(spec: m.RunSpec, schedule: Schedule, batch, timeout: float = 60.0,
+                             kill: dict[str, tuple[int, str]] | None = None):
+    """Workers (serving, not yet running) for every peer of `schedule`, and their network.
+    `kill`: peer -> (iteration, task kind) at which that peer dies."""
     network = MemoryNetwork()
-    book_by_peer, workers = {}, {}
+    workers = {}
     for peer in schedule.stage_of():
         book = ScheduleBook()
         book.add(schedule)
@@ -79,7 +79,14 @@ async def run_memory_swarm(spec: m.RunSpec, schedule: Schedule, batch, timeout: 
             return None
         WorkHandlers(worker, no_refresh).register(server)
         await transport.serve(server.handle)
-        workers[peer], book_by_peer[peer] = worker, book
+        workers[peer] = worker
+    return network, workers
+
+
+async def run_memory_swarm(spec: m.RunSpec, schedule: Schedule, batch, timeout: float = 60.0,
+                           kill: dict[str, tuple[int, str]] | None = None):
+    """Run every peer of `schedule` to spec.max_steps; killed peers vanish, the others carry on."""
+    _, workers = await build_memory_swarm(spec, schedule, batch, timeout, kill)
     results = await asyncio.wait_for(asyncio.gather(*(w.run() for w in workers.values()),
                                                     return_exceptions=True), timeout)
     for peer, result in zip(workers, results):

@@ -120,3 +120,16 @@ def test_a_flapping_peer_does_not_starve_the_replan_after_a_death():
             plans.append(now)
         now = round(now + 0.1, 1)
     assert any(20.0 <= p <= 25.0 for p in plans), plans
+
+
+def test_a_read_that_lost_most_of_the_swarm_is_held_back_for_a_while():
+    from coordinator.replanner import CollapseGuard
+    guard = CollapseGuard(hold_s=10.0)
+    four = frozenset("abcd")
+    assert guard.accept(four, frozenset("abc"), 0.0)          # one left: believe it
+    assert guard.accept(four, frozenset("ab"), 0.0)           # half: believe it
+    assert not guard.accept(four, frozenset("a"), 1.0)        # most of them at once: a failed lookup
+    assert not guard.accept(four, frozenset(), 5.0)
+    assert guard.accept(four, frozenset(), 11.5)              # still so after hold_s: they really left
+    assert not guard.accept(four, frozenset(), 12.0)          # a new collapse starts a new hold
+    assert guard.accept(frozenset("a"), frozenset(), 0.0)     # a lone peer may leave

@@ -1,0 +1,63 @@
+"""A replica cut off mid-iteration (a partition, not a kill) sits it out and rejoins (issue 9).
+In-process swarm over the in-memory transport; the same worker code as live peers."""
+import asyncio
+import dataclasses
+
+import torch
+
+from protocol import messages as m
+
+from tests.integration.memory_swarm import batches_for, build_memory_swarm, make_schedule
+
+SPEC = m.RunSpec(run="t", model="tiny", num_stages=3, skip_ratio=0.0, seed=3, microbatch_samples=2,
+                 seq_len=16, microbatches_per_origin=2, max_steps=6, learning_rate=1e-3, warmup_steps=1)
+STAGE_OF = {"o": 0, "a": 1, "b": 1, "z": 2}
+PATHS = {0: ["o", "a", "z"], 1: ["o", "b", "z"]}
+CUT_AT = 1
+
+
+async def wait_until(predicate, timeout: float):
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.05)
+
+
+async def scenario():
+    schedule = make_schedule("t", STAGE_OF, PATHS)
+    batch, _ = batches_for(SPEC)
+    network, workers = await build_memory_swarm(SPEC, schedule, batch, timeout=60)
+    b = workers["b"]
+
+    def cut_mid_forward(i: int, kind: str) -> None:     # what peer/isolation.py would conclude
+        if i == CUT_AT and kind == "FORWARD" and not b.isolation.cut_off:
+            network.cut.add("b")
+            b.isolation.set(True, schedule.epoch)
+    b.fault_hook = cut_mid_forward
+    runs = {p: asyncio.create_task(w.run()) for p, w in workers.items()}
+    await wait_until(lambda: len(workers["o"].history) >= CUT_AT + 2, 60)
+    assert b.isolation.cut_off
+    network.cut.discard("b")                              # the heal; b is back but must rejoin first
+    b.isolation.set(False, 0)
+    start = workers["o"].iteration + 2
+    replan = dataclasses.replace(make_schedule("t", STAGE_OF, PATHS, epoch=2), start_iteration=start)
+    for w in workers.values():
+        w.book.add(replan)
+    await asyncio.wait_for(asyncio.gather(*runs.values()), 90)
+    return workers, start
+
+
+def test_a_cut_off_replica_is_routed_around_then_rejoins_with_the_replicas_state():
+    workers, start = asyncio.run(scenario())
+    origin = workers["o"].history
+    assert [o.iteration for o in origin] == list(range(SPEC.max_steps))
+    for o in origin:                                      # every microbatch ended exactly once
+        assert sum(o.counts.values()) == 2 and o.counts["lost"] == 0, (o.iteration, o.counts)
+    assert origin[CUT_AT].counts["rerouted"] >= 1         # b's microbatch went through a instead
+    b = workers["b"]
+    # b abandoned the iteration it was cut off in and trained nothing until the re-plan
+    assert [o.iteration for o in b.history] == list(range(CUT_AT)) + list(range(start, SPEC.max_steps))
+    assert start < SPEC.max_steps
+    assert not b.isolation.away
+    # it took a's state when it rejoined, and the two have averaged identically since
+    assert torch.equal(workers["a"].runner.parameter_vector(), b.runner.parameter_vector())
+    assert workers["a"].runner.step_count == b.runner.step_count
