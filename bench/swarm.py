@@ -3,31 +3,40 @@
 Two P2P daemons in this process; one serves an RpcServer over HivemindTransport, the other
 calls it with RpcClient, exactly as peers do. Measured side by side:
 - per-hop overhead: round trip of a Ping (no compute, no payload) -> median / p95 ms;
-- payload throughput: 16 MB float32 ForwardRequests (streamed in chunks) -> MB/s.
-Targets: overhead < 10 ms, throughput >= 200 MB/s. (Peer memory against its activation budget
-is not measured here yet.)
+- payload throughput: 16 MB float32 ForwardRequests (streamed in chunks) -> MB/s;
+- peer memory against its activation budget (bench/peer_memory.py): a real two-stage swarm
+  with --max-activations 2 and 12 side by side -> RSS growth vs budget, and the measured cost
+  of one more stashed microbatch vs the budgeted one.
+Targets: overhead < 10 ms, throughput >= 200 MB/s, memory bounded by the activation budget.
 
-  python bench/swarm.py [--pings 200] [--sends 8]
+  python bench/swarm.py [--pings 200] [--sends 8] [--no-memory]
 Last line: RESULT hop_overhead_ms=<median> hop_p95_ms=<n> throughput_mb_s=<median>
+           [rss_growth_mb=<n> activation_budget_mb=<n> runtime_overhead_mb=<n>
+            mb_per_activation=<measured> budgeted_mb_per_activation=<n> memory_bounded=<0|1>]
 """
 import argparse
 import asyncio
 import statistics
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 from hivemind.p2p import P2P
 
-from protocol import messages as m
-from protocol.tensors import TensorPayload
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # bench/ and tests/ helpers
 
-from peer.transport.hivemind_p2p import HivemindTransport
-from peer.transport.rpc import RpcClient, RpcServer
+from protocol import messages as m  # noqa: E402
+from protocol.tensors import TensorPayload  # noqa: E402
+
+from peer.transport.hivemind_p2p import HivemindTransport  # noqa: E402
+from peer.transport.rpc import RpcClient, RpcServer  # noqa: E402
 
 PAYLOAD_MB = 16
 
 
-async def main(pings: int, sends: int) -> None:
+async def transport(pings: int, sends: int) -> str:
     server_p2p = await P2P.create(host_maddrs=["/ip4/127.0.0.1/tcp/0"])
     client_p2p = await P2P.create(host_maddrs=["/ip4/127.0.0.1/tcp/0"],
                                   initial_peers=[str(a) for a in await server_p2p.get_visible_maddrs()])
@@ -70,15 +79,33 @@ async def main(pings: int, sends: int) -> None:
               f"(target < 10 ms: {'met' if median < 10 else 'NOT met'})")
         print(f"{PAYLOAD_MB} MB forward request ({sends} sends): median {rate:.0f} MB/s, "
               f"min {min(rates):.0f}, max {max(rates):.0f} (target >= 200 MB/s: {'met' if rate >= 200 else 'NOT met'})")
-        print(f"RESULT hop_overhead_ms={median:.2f} hop_p95_ms={p95:.2f} throughput_mb_s={rate:.0f}")
+        return f"hop_overhead_ms={median:.2f} hop_p95_ms={p95:.2f} throughput_mb_s={rate:.0f}"
     finally:
         await client_p2p.shutdown()
         await server_p2p.shutdown()
+
+
+def memory() -> str:
+    from bench.peer_memory import measure
+    with tempfile.TemporaryDirectory(prefix="skippipe-mem-") as work:
+        r = measure(Path(work))
+    print(f"peer memory: RSS growth {r['growth_mb']:.0f} MB with --max-activations 2 (budget {r['budget_mb']:.0f} MB, "
+          f"runtime overhead beyond it up to {r['overhead_mb']:.0f} MB, the same at any setting if bounded); "
+          f"one more stashed microbatch costs {r['mb_per_activation']:.1f} MB, budgeted "
+          f"{r['budgeted_mb_per_activation']:.1f} MB ({'bounded' if r['bounded'] else 'NOT bounded'}); "
+          f"{r['seconds']:.0f}s")
+    return (f"rss_growth_mb={r['growth_mb']:.0f} activation_budget_mb={r['budget_mb']:.0f} "
+            f"runtime_overhead_mb={r['overhead_mb']:.0f} mb_per_activation={r['mb_per_activation']:.1f} "
+            f"budgeted_mb_per_activation={r['budgeted_mb_per_activation']:.1f} memory_bounded={int(r['bounded'])}")
 
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--pings", type=int, default=200)
     p.add_argument("--sends", type=int, default=8)
+    p.add_argument("--no-memory", action="store_true", help="skip the peer memory part (about 2 minutes)")
     a = p.parse_args()
-    asyncio.run(main(a.pings, a.sends))
+    figures = [asyncio.run(transport(a.pings, a.sends))]
+    if not a.no_memory:
+        figures.append(memory())
+    print("RESULT " + " ".join(figures))

@@ -102,6 +102,7 @@ class StatusView:
             "iterations": [self._row(s) for s in app.summaries[-ITERATIONS_SHOWN:]],
             "replans": list(app.replans[-50:]),
             "faults": self._faults(),
+            "spot_checks": dict(app.bans.counts),
         }
 
     def _peers(self, snapshot: SwarmSnapshot, now: float) -> list[dict]:
@@ -198,6 +199,9 @@ class StatusView:
         e.gauge("skippipe_coordinator_predicted_iteration_seconds", "the planner's predicted iteration time",
                 app.schedule.predicted_iteration_s if app.schedule else 0.0)
         e.counter("skippipe_coordinator_replans_total", "schedules published", len(app.replans))
+        for result, n in app.bans.counts.items():
+            e.counter("skippipe_coordinator_spot_checks_total", "spot-check reports read, by result", n,
+                      {"result": result})
         e.counter("skippipe_coordinator_iterations_total", "iterations completed", len(app.summaries))
         last = app.summaries[-1] if app.summaries else None
         e.gauge("skippipe_coordinator_iteration", "last completed iteration (-1: none)", last.iteration if last else -1)

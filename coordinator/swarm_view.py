@@ -22,16 +22,23 @@ class BanList:
     `reporters_to_ban` distinct members, so one lying reporter cannot ban an honest peer alone
     (set reporters_to_ban=1 for swarms with a single replica per stage to check)."""
 
+    SEEN_KEPT = 16384                          # > 64 reports x many reporters: a report counts once
+
     def __init__(self, failures_to_ban: int = 2, reporters_to_ban: int = 2):
         self.failures_to_ban, self.reporters_to_ban = failures_to_ban, reporters_to_ban
         self._failures: dict[str, set[tuple]] = {}
         self.banned: dict[str, str] = {}       # peer id -> reason, for the status page
+        self.counts = {"passed": 0, "failed": 0}   # distinct members' reports seen (status, summary)
+        self._seen: dict[tuple, None] = {}
 
     def observe(self, reporter: str, reports) -> list[str]:
         """Add one member's reports; returns peers banned just now. Self-reports are ignored."""
         newly = []
         for r in reports:
-            if r.passed or r.checker != reporter or r.suspect == reporter or r.suspect in self.banned:
+            if r.checker != reporter or r.suspect == reporter:
+                continue
+            self._count(reporter, r)
+            if r.passed or r.suspect in self.banned:
                 continue
             seen = self._failures.setdefault(r.suspect, set())
             seen.add((reporter, r.epoch, r.iteration, r.microbatch_id))
@@ -41,6 +48,15 @@ class BanList:
                                           f"last relative error {r.relative_error:.3g})")
                 newly.append(r.suspect)
         return newly
+
+    def _count(self, reporter: str, r) -> None:
+        key = (reporter, r.suspect, r.epoch, r.iteration, r.microbatch_id, r.stage)
+        if key in self._seen:
+            return
+        self._seen[key] = None
+        if len(self._seen) > self.SEEN_KEPT:
+            del self._seen[next(iter(self._seen))]
+        self.counts["passed" if r.passed else "failed"] += 1
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,9 @@ SPEC is one or more comma-separated faults:
                   the iteration starts, i.e. between iterations N-1 and N). A peer with no such
                   task in iteration N dies at its first one in a later iteration.
   stall@N[:F]     from iteration N on, every compute task takes F times as long (default 10)
+  corrupt@N[:S]   from iteration N on, this peer's forward outputs carry noise of S times their
+                  RMS (default 0.2): a peer returning wrong activations, for spot checks to
+                  catch. It still answers spot-check requests honestly (see README "Wrong results").
 A kill is a real `kill -9` of our own process: no goodbye, no OFFLINE advert.
 """
 import math
@@ -24,10 +27,10 @@ class FaultSpecError(ValueError):
 
 @dataclass(frozen=True)
 class Fault:
-    action: str                       # kill | stall
+    action: str                       # kill | stall | corrupt
     iteration: int
     when: str = "forward"             # kill only
-    factor: float = 10.0              # stall only
+    factor: float = 10.0              # stall: slowdown; corrupt: noise relative to the output's RMS
 
 
 def parse_faults(spec: str) -> list[Fault]:
@@ -35,22 +38,35 @@ def parse_faults(spec: str) -> list[Fault]:
     for part in filter(None, (p.strip() for p in spec.split(","))):
         action, _, rest = part.partition("@")
         at, _, arg = rest.partition(":")
-        if action not in ("kill", "stall") or not (at.isascii() and at.isdigit()):
-            raise FaultSpecError(f"bad fault {part!r}: expected kill@N[:forward|backward|between] or stall@N[:FACTOR]")
+        if action not in ("kill", "stall", "corrupt") or not (at.isascii() and at.isdigit()):
+            raise FaultSpecError(f"bad fault {part!r}: expected kill@N[:forward|backward|between], "
+                                 f"stall@N[:FACTOR] or corrupt@N[:SCALE]")
         if action == "kill":
             when = arg or "forward"
             if when not in WHEN_KINDS:
                 raise FaultSpecError(f"bad fault {part!r}: kill happens at forward, backward or between")
             faults.append(Fault("kill", int(at), when=when))
-        else:
-            try:
-                factor = float(arg) if arg else 10.0
-            except ValueError:
-                raise FaultSpecError(f"bad fault {part!r}: the stall factor must be a number") from None
-            if not math.isfinite(factor) or factor < 1:
+        elif action == "stall":
+            factor = _number(part, arg, 10.0, "the stall factor")
+            if factor < 1:
                 raise FaultSpecError(f"bad fault {part!r}: the stall factor must be >= 1")
             faults.append(Fault("stall", int(at), factor=factor))
+        else:
+            scale = _number(part, arg, 0.2, "the corruption scale")
+            if scale <= 0:
+                raise FaultSpecError(f"bad fault {part!r}: the corruption scale must be > 0")
+            faults.append(Fault("corrupt", int(at), factor=scale))
     return faults
+
+
+def _number(part: str, arg: str, default: float, what: str) -> float:
+    try:
+        value = float(arg) if arg else default
+    except ValueError:
+        raise FaultSpecError(f"bad fault {part!r}: {what} must be a number") from None
+    if not math.isfinite(value):
+        raise FaultSpecError(f"bad fault {part!r}: {what} must be a finite number")
+    return value
 
 
 def make_hook(faults: list[Fault], set_slowdown: Callable[[float], None],
@@ -63,3 +79,28 @@ def make_hook(faults: list[Fault], set_slowdown: Callable[[float], None],
             if f.action == "stall" and iteration >= f.iteration:
                 set_slowdown(f.factor)
     return hook
+
+
+def corrupting(make_runner: Callable, faults: list[Fault]) -> Callable:
+    """Wrap a stage-runner factory so that, from the corrupt fault's iteration on, forwards
+    return noisy outputs. The stash keeps the true graph and spot-check recomputations
+    (runner.recompute) stay honest: only what this peer hands the next hop is wrong."""
+    corrupt = [f for f in faults if f.action == "corrupt"]
+    if not corrupt:
+        return make_runner
+    import torch  # not at import time: the CLI parses --fault before torch is loaded
+    start, scale = corrupt[0].iteration, corrupt[0].factor
+
+    def noisy(key, out):
+        if key[0] < start:
+            return out
+        x = out.float()
+        return (x + scale * x.pow(2).mean().sqrt() * torch.randn_like(x)).to(out.dtype)
+
+    def make(stage: int):
+        runner = make_runner(stage)
+        for name in ("forward", "forward_origin"):
+            honest = getattr(runner, name)
+            setattr(runner, name, lambda key, x, honest=honest: noisy(key, honest(key, x)))
+        return runner
+    return make

@@ -51,6 +51,16 @@ def positive_rate(text: str) -> float:
     return value
 
 
+def rate_0_1(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {text}")
+    return value
+
+
 def run_name(text: str) -> str:
     try:
         return check_run_name(text)
@@ -96,8 +106,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--join-key", type=Path, metavar="FILE", help="the run's join secret, if it requires one")
     p.add_argument("--max-requests-per-s", type=positive_rate, default=100.0, metavar="R",
                    help="requests per second accepted from one peer before answering OVERLOADED (default: 100)")
+    p.add_argument("--spot-check-rate", type=rate_0_1, default=0.0, metavar="F",
+                   help="share of the forwards we send that another replica recomputes, to catch peers returning "
+                        "wrong activations (0..1; default: 0, off; see README \"Wrong results\")")
     p.add_argument("--fault", type=fault_spec, default="", metavar="SPEC",
-                   help="testing only: inject faults, e.g. kill@3:backward or stall@5:10 (see peer/chaos.py)")
+                   help="testing only: inject faults, e.g. kill@3:backward, stall@5:10 or corrupt@2 (see peer/chaos.py)")
     p.add_argument("--metrics-port", type=port_or_off, default=None, metavar="PORT|off",
                    help="serve Prometheus /metrics and /api/status on this port (0: any free port; default: off)")
     p.add_argument("--metrics-host", default="127.0.0.1",
@@ -141,7 +154,7 @@ def config_from_args(args: argparse.Namespace) -> PeerConfig:
         identity_path=args.identity, join_key_path=args.join_key, max_requests_per_s=args.max_requests_per_s,
         fault=args.fault, metrics_port=args.metrics_port, metrics_host=args.metrics_host,
         topology=args.topology, node_id=args.node_id, node_map=args.node_map,
-        max_vram_bytes=args.max_vram, wire_dtype=args.wire_dtype,
+        max_vram_bytes=args.max_vram, wire_dtype=args.wire_dtype, spot_check_rate=args.spot_check_rate,
     )
 
 

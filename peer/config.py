@@ -31,6 +31,7 @@ class PeerConfig:
     join_key_path: Path | None = None         # the run's join secret, when it requires one
     max_requests_per_s: float = 100.0         # per remote peer (token bucket; burst = 2 s worth)
     fault: str = ""                           # chaos testing: see peer/chaos.py
+    spot_check_rate: float = 0.0              # share of our forwards recomputed on another replica (0: off)
     metrics_port: int | None = None           # /metrics and /api/status; None: off, 0: any free port
     metrics_host: str = "127.0.0.1"           # 0.0.0.0 to let a Prometheus elsewhere scrape it
     max_request_mb: int = 256                 # largest streamed tensor, and all half-received streams together

@@ -1,6 +1,7 @@
-"""Spot-check reports (issue 7): a peer that recomputed a sampled microbatch on a second replica
-of a stage says whether the first replica's output matched. Published in the DHT under the
-reporter's own (signed) subkey of `skippipe/v1/<run>/spot_checks`; read by the coordinator."""
+"""Spot checks (issue 7): a sampled microbatch is recomputed on a second replica of a stage, and
+the next hop reports whether the first replica's output matched. Reports are published in the
+DHT under the reporter's own (signed) subkey of `skippipe/v1/<run>/spot_checks`; read by the
+coordinator."""
 from dataclasses import dataclass
 
 from protocol.errors import FieldError
@@ -10,8 +11,10 @@ from protocol.tensors import TensorPayload
 
 @dataclass(frozen=True)
 class SpotCheckRequest:
-    """Previous hop -> a second replica of the checked stage: compute this stage's forward of
-    `tensor` (no stash, no onward send) and reply ForwardReply(header, tensor=output)."""
+    """Previous hop -> a second replica of the checked stage (hop `header.hop_index`): compute
+    this stage's forward of `tensor` (no stash), answered at once with ForwardReply(header) (no
+    tensor); the output then goes to the next hop as a SpotCheckReference. (Not in the reply: a
+    reply is one frame of at most 4 MiB, a request streams.)"""
 
     header: WorkHeader
     tensor: TensorPayload
@@ -19,9 +22,9 @@ class SpotCheckRequest:
 
 @dataclass(frozen=True)
 class SpotCheckReference:
-    """Previous hop -> next hop: the second replica's output for `header`; the next hop
-    compares it with what `suspect` sent it and reports. The suspect sees no difference in
-    its own traffic, so it cannot tell checked microbatches from others."""
+    """Second replica -> next hop: its output for `header` (the header of the forward that
+    `suspect` sends the next hop); the next hop compares the two and reports. The suspect sees
+    no difference in its own traffic, so it cannot tell checked microbatches from others."""
 
     header: WorkHeader
     suspect: str
@@ -31,7 +34,7 @@ class SpotCheckReference:
 @dataclass(frozen=True)
 class SpotCheckReport:
     suspect: str                     # the peer whose output was checked
-    checker: str                     # the replica that recomputed it
+    checker: str                     # the peer that compared the outputs (and publishes this)
     epoch: int
     iteration: int
     microbatch_id: int

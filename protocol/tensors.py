@@ -71,7 +71,7 @@ class TensorChunk:
 def split_payload(payload: TensorPayload, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> list[TensorChunk]:
     if chunk_bytes <= 0:
         raise ValueError("chunk_bytes must be positive")
-    data = payload.data
+    data = memoryview(payload.data)   # slices share the payload's memory: no copy per chunk
     count = max(1, -(-len(data) // chunk_bytes))
     return [TensorChunk(payload.dtype, payload.shape, i, count, len(data),
                         data[i * chunk_bytes:(i + 1) * chunk_bytes]) for i in range(count)]
@@ -85,8 +85,13 @@ class ChunkAssembler:
     def __init__(self, max_total_bytes: int = DEFAULT_MAX_TENSOR_BYTES):
         self.max_total_bytes = max_total_bytes
         self._first: TensorChunk | None = None
-        self._buffer = bytearray()
+        self._parts: list[bytes] = []   # joined once at the end: one copy of the tensor, not two
+        self._received = 0
         self._next_index = 0
+
+    @property
+    def buffered_bytes(self) -> int:
+        return self._received
 
     def add(self, chunk: TensorChunk) -> TensorPayload | None:
         """Add the next chunk; returns the payload once the last chunk is in."""
@@ -101,15 +106,17 @@ class ChunkAssembler:
             raise TensorError("chunk header differs from the first chunk of the stream")
         if chunk.index != self._next_index:
             raise TensorError(f"chunk {chunk.index} arrived, expected {self._next_index}")
-        received = len(self._buffer) + len(chunk.data)
+        received = self._received + len(chunk.data)
         if received > first.total_bytes:
             raise TensorError("stream carries more bytes than its header declares")
         last = chunk.index + 1 == first.count
         if last and received != first.total_bytes:
             raise TensorError(f"stream ended with {received} of {first.total_bytes} bytes")
         self._first = first
-        self._buffer += chunk.data
+        self._parts.append(chunk.data)
+        self._received = received
         self._next_index += 1
         if not last:
             return None
-        return TensorPayload(first.dtype, first.shape, bytes(self._buffer))
+        data, self._parts = b"".join(self._parts), []
+        return TensorPayload(first.dtype, first.shape, data)

@@ -18,6 +18,7 @@ class Inbox:
         self.max_items = max_items
         self._items: dict[tuple[int, TaskKey], Any] = {}
         self._changed = asyncio.Condition()
+        self._poked = False
 
     def __len__(self) -> int:
         return len(self._items)
@@ -34,23 +35,28 @@ class Inbox:
 
     async def take(self, iteration: int, allowed: Callable[[TaskKey], bool],
                    priority: Callable[[TaskKey], float], timeout: float) -> tuple[TaskKey, Any] | None:
-        """Remove and return the lowest-priority allowed task of `iteration`; None on timeout."""
+        """Remove and return the lowest-priority allowed task of `iteration`; None on timeout
+        or on a poke (the caller re-checks its state, e.g. whether the iteration is over)."""
         def pick():
             ready = [t for (i, t) in self._items if i == iteration and allowed(t)]
             return min(ready, key=priority) if ready else None
 
         async with self._changed:
+            self._poked = False
             try:
                 async with asyncio.timeout(max(timeout, 0.0)):
-                    await self._changed.wait_for(lambda: pick() is not None)
+                    await self._changed.wait_for(lambda: self._poked or pick() is not None)
             except TimeoutError:
                 return None
             task = pick()
+            if task is None:
+                return None
             return task, self._items.pop((iteration, task))
 
     async def poke(self) -> None:
         """Wake the worker so it re-evaluates what is allowed (e.g. memory was freed)."""
         async with self._changed:
+            self._poked = True
             self._changed.notify_all()
 
     def drop_before(self, iteration: int) -> int:

@@ -1,5 +1,5 @@
 """Spot checks, the pure pieces: which microbatches to recompute, and whether two replicas'
-outputs agree. (Wiring into the pipeline worker is a separate hook; see README.)
+outputs agree. The pipeline wiring is peer/pipeline/spot_checks.py.
 
 The sampling rule is keyed by a secret only the checking peer knows, so a cheating peer cannot
 predict which of its outputs will be checked (a rule keyed by the public run seed could be).

@@ -142,3 +142,37 @@ def test_parse_chaos_output_is_what_the_peer_parses():
 def test_parse_chaos_invalid(spec, message):
     with pytest.raises(ChaosSpecError, match=message):
         parse_chaos(spec, peers=3)
+
+
+# ---------------------------------------------------------------------------------------------
+# corrupt: wrong activations (spot checks must catch them)
+# ---------------------------------------------------------------------------------------------
+def test_parse_corrupt():
+    assert parse_faults("corrupt@2") == [Fault("corrupt", 2, factor=0.2)]
+    assert parse_faults("corrupt@0:0.5,stall@1:2") == [Fault("corrupt", 0, factor=0.5), Fault("stall", 1, factor=2.0)]
+    for bad, message in [("corrupt@2:x", "must be a number"), ("corrupt@2:0", "must be > 0"),
+                         ("corrupt@2:inf", "finite"), ("corrupt@x", "corrupt@N")]:
+        with pytest.raises(FaultSpecError, match=message):
+            parse_faults(bad)
+    assert parse_chaos("corrupt:1@iter3:0.5", peers=2) == {1: "corrupt@3:0.5"}
+    with pytest.raises(ChaosSpecError, match="corruption scale"):
+        parse_chaos("corrupt:1@iter3:0", peers=2)
+
+
+def test_corrupting_runner_sends_noise_from_its_iteration_but_recomputes_honestly():
+    import torch
+    from peer.chaos import corrupting
+    from peer.compute.runner import StageRunner
+    from protocol.messages import RunSpec
+    spec = RunSpec(run="t", model="tiny", num_stages=2, skip_ratio=0.0, microbatch_samples=2, seq_len=8)
+    honest = StageRunner.from_spec(spec, 1)
+    make = corrupting(lambda stage: StageRunner.from_spec(spec, stage), parse_faults("corrupt@1:0.3"))
+    cheat = make(1)
+    x = torch.randn(2, 8, 64)
+    assert torch.allclose(cheat.forward((0, 0), x), honest.forward((0, 0), x), atol=1e-6)   # before iteration 1
+    wrong, right = cheat.forward((1, 0), x), honest.forward((1, 0), x)
+    assert 0.15 < float((wrong - right).norm() / right.norm()) < 0.6
+    assert torch.allclose(cheat.recompute(x, 0), right, atol=1e-6)       # spot-check answers stay honest
+    assert cheat.stashed == 2                                            # the stash keeps the true graph
+    plain = lambda stage: "runner"
+    assert corrupting(plain, parse_faults("stall@1")) is plain

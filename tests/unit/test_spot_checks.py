@@ -64,3 +64,12 @@ def test_reports_travel_through_the_codec():
     assert codec.decode(codec.encode(inf_report)) == inf_report
     with pytest.raises(Exception):
         SpotCheckReport("s", "c", 0, 0, 0, 0, -1.0, False)
+
+
+def test_ban_list_counts_each_report_once():
+    bans = BanList()
+    ok = report(compare_outputs(torch.ones(3), torch.ones(3)), "y", "c1", 1, 0, 0, 1)
+    for _ in range(3):   # a record is re-read every round: its reports must not be counted again
+        bans.observe("c1", [ok, failed("bad", "c1", 0)])
+        bans.observe("c2", [failed("bad", "c1", 1)])              # not c2's own report: ignored
+    assert bans.counts == {"passed": 1, "failed": 1}

@@ -1,0 +1,337 @@
+"""Spot checks in the pipeline (issue 7): a sampled forward is recomputed on a second replica of
+its stage and compared where the checked peer's output lands.
+
+    W --ForwardRequest-->   P  --ForwardRequest-->  Z     (the training traffic, unchanged)
+    W --SpotCheckRequest--> P' --SpotCheckReference(suspect=P)--> Z
+
+W (the previous hop) samples with its secret SpotSampler and asks P' (another replica of P's
+stage, in this schedule) to recompute P's forward from the very bytes P got. P' computes it with
+the parameters of that iteration, stashes nothing, and sends the output to Z (the hop after P,
+or the origin) itself rather than back to W: a reply is one frame of at most 4 MiB, a request
+streams, so only a request carries a realistic activation. Z matches P's ForwardRequest with the
+reference (either may come first), compares them (compare_outputs) and publishes a
+SpotCheckReport in its own DHT record; the coordinator bans on failures (coordinator/swarm_view.py).
+
+Best effort: nothing here blocks training or raises into the worker. Every wait is bounded; the
+halves waiting at Z for their partner are capped in number and age; failures are logged at
+debug level. Limits (README "Security model"): replicas must hold the same parameters (they do
+after every averaged step), and with two replicas a disagreement names the peer whose forward
+was checked, so a replica lying only in its spot-check answers makes its honest twin look bad.
+"""
+import asyncio
+import collections
+import dataclasses
+import logging
+import math
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+
+import torch
+
+from protocol.errors import ErrorCode
+from protocol.messages import ForwardRequest, WorkHeader
+from protocol.schedule import Route, Schedule
+from protocol.spot_checks import SpotCheckRecord, SpotCheckReference, SpotCheckReport, SpotCheckRequest
+
+from peer.compute import tensor_codec
+from peer.pipeline import plan_view as pv
+from peer.transport.rpc import RemoteError
+from peer.security.spot_check import DEFAULT_RTOL, SpotSampler, compare_outputs, report
+
+logger = logging.getLogger(__name__)
+HALF_RTOL = 3e-2           # a 16-bit wire or compute dtype rounds each value to ~2**-8
+MAX_PENDING = 16           # halves waiting at Z for their partner, each kind
+PENDING_TTL_S = 60.0
+MAX_ASKING = 4             # our requests to second replicas in flight
+MAX_SERVING = 4            # recomputations for others at once (each is one stage forward)
+ASK_RETRY_S = 3.0          # how long we retry a second replica that answers OVERLOADED
+PARAMS_WAIT_S = 10.0       # how long a second replica waits to reach the checked iteration
+LISTEN_S = 600.0           # without our own rate, keep outputs only while references arrive
+PUBLISH_TIMEOUT_S = 15.0
+PUBLISH_RETRIES = 3
+REPORTS_KEPT = 64          # SpotCheckRecord's bound
+
+Key = tuple[int, int, int, int]   # (iteration, microbatch, Z's hop index, attempt)
+
+
+def key_of(header: WorkHeader) -> Key:
+    return header.iteration, header.microbatch_id, header.hop_index, header.attempt
+
+
+def tolerance(*dtypes: str) -> float:
+    return DEFAULT_RTOL if all(d == "float32" for d in dtypes) else HALF_RTOL
+
+
+def next_hop(route: Route, hop: int) -> str:
+    """Who receives the forward output of `hop` (the origin after the last hop)."""
+    return route.hops[hop + 1].peer if hop + 1 < len(route.hops) else route.origin
+
+
+def request_problem(route: Route, hop: int, remote: str, me: str, my_stage: int | None) -> str | None:
+    """Why a SpotCheckRequest for `hop` of `route` from `remote` is not ours to answer (None: it is)."""
+    if not 1 <= hop < len(route.hops):
+        return f"hop {hop} of microbatch {route.microbatch_id} is not a checked middle hop"
+    checked = route.hops[hop]
+    if checked.stage != my_stage or checked.peer == me:
+        return f"hop {hop} is stage {checked.stage} on {checked.peer[:12]}; we are another replica of stage {my_stage}"
+    if remote != route.hops[hop - 1].peer:
+        return f"{remote[:12]} is not the previous hop of hop {hop}"
+    return None
+
+
+def reference_problem(route: Route, hop: int, remote: str, suspect: str, me: str,
+                      replicas: Callable[[int], list[str]]) -> str | None:
+    """Why a SpotCheckReference for our forward at `hop` is refused (None: accepted). Only another
+    replica of the checked stage may send one, and only about the hop that feeds us."""
+    n = len(route.hops)
+    if not 2 <= hop <= n or (route.origin if hop == n else route.hops[hop].peer) != me:
+        return f"hop {hop} of microbatch {route.microbatch_id} is not a forward we receive after a checked hop"
+    checked = route.hops[hop - 1]
+    if suspect != checked.peer:
+        return f"{suspect[:12]} is not the hop before ours"
+    if remote == suspect or remote not in replicas(checked.stage):
+        return f"{remote[:12]} is not another replica of stage {checked.stage}"
+    return None
+
+
+@dataclass
+class Half:
+    """One side of a comparison: what `peer` sent (the suspect's output, or the reference)."""
+
+    peer: str
+    tensor: torch.Tensor
+    dtype: str
+    at: float
+    suspect: str = ""             # references only: whom the reference checks
+    stage: int = 0
+
+
+class Pending:
+    """Halves waiting for their partner: at most `cap` of them, none older than `ttl_s`."""
+
+    def __init__(self, cap: int = MAX_PENDING, ttl_s: float = PENDING_TTL_S,
+                 clock: Callable[[], float] = time.monotonic):
+        self.cap, self.ttl_s, self.clock = cap, ttl_s, clock
+        self._items: collections.OrderedDict[Key, Half] = collections.OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def put(self, key: Key, half: Half) -> None:
+        self._expire()
+        self._items.pop(key, None)
+        self._items[key] = half
+        while len(self._items) > self.cap:
+            self._items.popitem(last=False)   # the oldest goes: a check missed, nothing else
+
+    def pop(self, key: Key) -> Half | None:
+        self._expire()
+        return self._items.pop(key, None)
+
+    def drop_before(self, iteration: int) -> None:
+        for key in [k for k in self._items if k[0] < iteration]:
+            del self._items[key]
+
+    def _expire(self) -> None:
+        now = self.clock()
+        while self._items and now - next(iter(self._items.values())).at > self.ttl_s:
+            self._items.popitem(last=False)
+
+
+class SpotChecks:
+    """The worker's spot-check roles: sampler and asker (W), recomputer (P'), comparer (Z)."""
+
+    def __init__(self, worker, rate: float = 0.0, secret: bytes | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.w = worker
+        self.sampler = SpotSampler(rate, secret)
+        self.clock = clock
+        self.outputs, self.references = Pending(clock=clock), Pending(clock=clock)
+        self.reports: collections.deque[SpotCheckReport] = collections.deque(maxlen=REPORTS_KEPT)
+        self.publish: Callable[[SpotCheckRecord], Awaitable[Any]] | None = None   # set by peer/app.py
+        self.stats: collections.Counter[str] = collections.Counter()
+        self._params: tuple[int, Any, int] | None = None    # (iteration, runner, its step count)
+        self._params_changed = asyncio.Event()
+        self._asking = self._serving = 0
+        self._served: set[Key] = set()
+        self._reference_at = -math.inf
+        self._publishing = self._dirty = False
+
+    # ---- the worker's hooks ----
+
+    def begin_iteration(self, iteration: int, runner) -> None:
+        """Iteration `iteration` computes with `runner`'s parameters as they are now."""
+        self._params = (iteration, runner, runner.step_count)
+        self._params_changed.set()
+        self._params_changed = asyncio.Event()
+        for pending in (self.outputs, self.references):
+            pending.drop_before(iteration)
+        self._served = {k for k in self._served if k[0] >= iteration}
+
+    def maybe_check(self, schedule: Schedule, route: Route, request, suspect: str) -> None:
+        """W: `request` goes to `suspect`; if it is a forward to a middle hop, and sampled, ask
+        another replica of that hop's stage to recompute it."""
+        header = request.header
+        if (self.sampler.rate <= 0 or not isinstance(request, ForwardRequest)
+                or not 1 <= header.hop_index < len(route.hops)):
+            return
+        stage = route.hops[header.hop_index].stage
+        if not self.sampler.should_check(header.epoch, header.iteration, header.microbatch_id, stage):
+            return
+        h = self.w.health
+        others = [p for p in pv.replicas(schedule, stage)
+                  if p not in (suspect, self.w.me) and p not in h.departed and not h.suspect(p)]
+        if not others or self._asking >= MAX_ASKING:
+            self.stats["not_asked"] += 1
+            return
+        self._asking += 1
+        self.w.spawn(self._ask(secrets.choice(others), SpotCheckRequest(header, request.tensor)))
+
+    async def _ask(self, checker: str, request: SpotCheckRequest) -> None:
+        delay, deadline = 0.1, self.clock() + ASK_RETRY_S
+        try:
+            while True:
+                try:
+                    await self.w.rpc.call(checker, request, self.w.settings.rpc_timeout_s)
+                    self.stats["asked"] += 1
+                    return
+                except RemoteError as exc:   # busy with other checks, or a schedule behind: soon again
+                    if exc.code not in (ErrorCode.OVERLOADED, ErrorCode.STALE_SCHEDULE) or \
+                            self.clock() + delay > deadline:
+                        raise
+                await asyncio.sleep(delay)
+                delay *= 2
+        except Exception as exc:
+            logger.debug("spot check of microbatch %d: %s did not take it: %s",
+                         request.header.microbatch_id, checker[:12], exc)
+        finally:
+            self._asking -= 1
+
+    # ---- P': recompute for another replica ----
+
+    def admit(self, header: WorkHeader) -> ErrorCode | None:
+        if key_of(header) in self._served:
+            return ErrorCode.DUPLICATE
+        if self._serving >= MAX_SERVING:
+            return ErrorCode.OVERLOADED
+        return None
+
+    def serve(self, route: Route, header: WorkHeader, tensor: torch.Tensor) -> None:
+        """P' (a validated, admitted request): recompute in the background, send it to Z."""
+        self._served.add(key_of(header))
+        self._serving += 1
+        self.w.spawn(self._recompute_and_send(route, header, tensor))
+
+    async def _recompute_and_send(self, route: Route, header: WorkHeader, tensor: torch.Tensor) -> None:
+        hop, mb = header.hop_index, header.microbatch_id
+        try:
+            params = await self._params_for(header.iteration, route.hops[hop].stage)
+            out = None if params is None else await self.w.compute(params[0].recompute, tensor, params[1])
+            if out is None:
+                self.stats["stale"] += 1
+                logger.debug("spot check of microbatch %d: iteration %d's parameters are gone", mb, header.iteration)
+                return
+            reference = SpotCheckReference(dataclasses.replace(header, hop_index=hop + 1), route.hops[hop].peer,
+                                           tensor_codec.encode(out))
+            await self.w.rpc.call(next_hop(route, hop), reference, self.w.settings.rpc_timeout_s)
+            self.stats["served"] += 1
+        except Exception as exc:
+            logger.debug("spot check of microbatch %d: recomputing for hop %d failed: %s", mb, hop, exc)
+        finally:
+            self._serving -= 1
+
+    async def _params_for(self, iteration: int, stage: int) -> tuple[Any, int] | None:
+        """(runner, step count) of `iteration`, waiting (bounded) if we are still before it."""
+        deadline = self.clock() + PARAMS_WAIT_S
+        while True:
+            p = self._params
+            if p is not None and p[0] == iteration:
+                return (p[1], p[2]) if p[1].module.stage == stage else None
+            left = deadline - self.clock()
+            if (p is not None and p[0] > iteration) or left <= 0:
+                return None
+            try:
+                await asyncio.wait_for(self._params_changed.wait(), left)
+            except TimeoutError:
+                return None
+
+    # ---- Z: match the suspect's output with the reference ----
+
+    def saw_forward(self, schedule: Schedule, route: Route, header: WorkHeader, sender: str,
+                    tensor: torch.Tensor, dtype: str) -> None:
+        """Z: `sender` handed us this forward; keep it a while if a reference may follow."""
+        hop = header.hop_index
+        if hop < 2 or not self._listening():
+            return
+        stage = route.hops[hop - 1].stage
+        if len(pv.replicas(schedule, stage)) < 2:
+            return                      # nobody could recompute it
+        key = key_of(header)
+        reference = self.references.pop(key)
+        if reference is None:
+            self.outputs.put(key, Half(sender, tensor, dtype, self.clock(), stage=stage))
+        elif reference.suspect == sender:
+            self._compare(header, Half(sender, tensor, dtype, self.clock(), stage=stage), reference)
+
+    def add_reference(self, route: Route, header: WorkHeader, suspect: str, checker: str,
+                      tensor: torch.Tensor, dtype: str) -> None:
+        """Z: a validated reference from another replica of the hop before ours."""
+        self._reference_at = self.clock()
+        stage = route.hops[header.hop_index - 1].stage
+        half = Half(checker, tensor, dtype, self.clock(), suspect=suspect, stage=stage)
+        key = key_of(header)
+        output = self.outputs.pop(key)
+        if output is None:
+            self.references.put(key, half)
+        elif output.peer == suspect:
+            self._compare(header, output, half)
+
+    def _listening(self) -> bool:
+        return self.sampler.rate > 0 or self.clock() - self._reference_at < LISTEN_S
+
+    def _compare(self, header: WorkHeader, output: Half, reference: Half) -> None:
+        self.w.spawn(self._compare_and_report(header, output, reference))
+
+    async def _compare_and_report(self, header: WorkHeader, output: Half, reference: Half) -> None:
+        try:
+            rtol = tolerance(output.dtype, reference.dtype)
+            comparison = await asyncio.to_thread(compare_outputs, output.tensor, reference.tensor, rtol)
+            r = report(comparison, output.peer, self.w.me, header.epoch, header.iteration,
+                       header.microbatch_id, output.stage)
+        except Exception as exc:
+            logger.debug("spot check of microbatch %d: comparison failed: %s", header.microbatch_id, exc)
+            return
+        self.stats["passed" if r.passed else "failed"] += 1
+        if r.passed:
+            logger.debug("spot check passed: %s, stage %d, microbatch %d (relative error %.2g)",
+                         r.suspect[:12], r.stage, r.microbatch_id, r.relative_error)
+        else:
+            logger.warning("spot check FAILED: %s's stage-%d output for iteration %d microbatch %d is off by %.3g "
+                           "(relative to replica %s; tolerance %g)", r.suspect, r.stage, r.iteration,
+                           r.microbatch_id, r.relative_error, reference.peer[:12], rtol)
+        self.reports.append(r)
+        self._dirty = True
+        if self.publish is not None and not self._publishing:
+            self._publishing = True
+            self.w.spawn(self._publish_reports())
+
+    async def _publish_reports(self) -> None:
+        """Our latest reports, one DHT write at a time (reports made meanwhile go in the next)."""
+        failures = 0
+        try:
+            while self._dirty:
+                self._dirty = False
+                record = SpotCheckRecord(self.w.me, tuple(self.reports))
+                try:
+                    await asyncio.wait_for(self.publish(record), PUBLISH_TIMEOUT_S)
+                    failures = 0
+                except Exception as exc:
+                    logger.debug("publishing spot-check reports failed: %s", exc)
+                    failures += 1
+                    if failures <= PUBLISH_RETRIES:  # a failed check must reach the coordinator
+                        self._dirty = True
+                        await asyncio.sleep(2.0)
+        finally:
+            self._publishing = False

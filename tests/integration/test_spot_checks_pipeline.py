@@ -1,0 +1,80 @@
+"""Spot checks wired into the pipeline (issue 7), over the in-memory transport with the real
+worker and handlers: a replica that sends wrong activations is reported by the peers it feeds
+(a middle hop and an origin's head), its honest twin passes, and checking changes no result."""
+import asyncio
+
+import pytest
+import torch
+
+from protocol import messages as m
+
+from coordinator.swarm_view import BanList
+from peer.chaos import corrupting, parse_faults
+from peer.security.spot_check import SpotSampler
+from tests.integration.memory_swarm import batches_for, build_memory_swarm, make_schedule
+
+SPEC = m.RunSpec(run="t", model="tiny", num_stages=3, skip_ratio=0.0, seed=3, microbatch_samples=2, seq_len=8,
+                 microbatches_per_origin=4, max_steps=3, learning_rate=1e-3, warmup_steps=1)
+STAGE_OF = {"o": 0, "p": 1, "q": 1, "z": 2}
+# p and q replicate stage 1; p feeds z (mb 0) and, on a reordered route, the origin's head (mb 2)
+PATHS = {0: ["o", "p", "z"], 1: ["o", "q", "z"], 2: ["o", "z", "p"], 3: ["o", "q", "z"]}
+SCHEDULE = make_schedule("t", STAGE_OF, PATHS)
+
+
+def run(rate: float, cheat: str = ""):
+    async def scenario():
+        batch, _ = batches_for(SPEC)
+        _, workers = await build_memory_swarm(SPEC, SCHEDULE, batch, timeout=60)
+        records = {}
+        for peer, w in workers.items():
+            w.spot.sampler = SpotSampler(rate)
+
+            async def publish(record, peer=peer):
+                records[peer] = record
+            w.spot.publish = publish
+        if cheat:
+            workers["p"].make_runner = corrupting(workers["p"].make_runner, parse_faults(cheat))
+        await asyncio.wait_for(asyncio.gather(*(w.run() for w in workers.values())), 60)
+        return workers, records
+    return asyncio.run(scenario())
+
+
+def reports_of(records):
+    return [(reporter, r) for reporter, rec in records.items() for r in rec.reports]
+
+
+def test_a_replica_sending_wrong_activations_is_reported_and_banned():
+    workers, records = run(1.0, cheat="corrupt@1:0.3")
+    reports = reports_of(records)
+    failed = [(who, r) for who, r in reports if not r.passed]
+    assert failed and {r.suspect for _, r in failed} == {"p"}
+    assert {who for who, _ in failed} == {"z", "o"}            # a middle hop and the origin's head
+    assert all(r.iteration >= 1 and r.relative_error > 0.1 and r.stage == 1 for _, r in failed)
+    # before the corruption starts, and for the honest twin, the recomputation agrees
+    assert any(r.passed and r.suspect == "p" and r.iteration == 0 for _, r in reports)
+    assert any(r.passed and r.suspect == "q" for _, r in reports)
+    assert not any(r.suspect == "q" and not r.passed for _, r in reports)
+    bans = BanList()
+    for reporter, record in records.items():
+        bans.observe(reporter, record.reports)
+    assert set(bans.banned) == {"p"}
+    assert bans.counts["failed"] == len(failed)
+    # best effort, never in the way: every microbatch of every iteration still completed
+    assert [o.completed for o in workers["o"].history] == [4, 4, 4]
+    assert all(w.runner.stashed == 0 for w in workers.values())
+
+
+def test_an_honest_swarm_with_checks_on_reports_only_passes_and_trains_the_same():
+    checked, records = run(1.0)
+    reports = reports_of(records)
+    assert len(reports) >= 6 and all(r.passed for _, r in reports), reports
+    assert {r.suspect for _, r in reports} == {"p", "q"}          # stage 1 is the only replicated one
+    assert all(r.relative_error < 1e-5 for _, r in reports)       # fp32 replicas agree closely
+    plain, none = run(0.0)
+    assert none == {}
+    # checking changes nothing the training computes (up to the order gradients add up in)
+    for peer in STAGE_OF:
+        assert torch.allclose(checked[peer].runner.parameter_vector(), plain[peer].runner.parameter_vector(),
+                              rtol=0, atol=1e-6), peer
+    assert [o.completed for o in checked["o"].history] == [4, 4, 4]
+    assert [o.loss_sum for o in checked["o"].history] == pytest.approx([o.loss_sum for o in plain["o"].history])

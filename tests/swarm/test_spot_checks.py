@@ -1,0 +1,113 @@
+"""Spot checks over real processes and real P2P (issue 7): a replica of the middle stage that
+sends wrong activations (`--fault corrupt@2`) is caught by the peers it feeds, banned by the
+coordinator and left out of the next schedule, with no microbatch lost; an honest swarm with
+every forward checked reports only passes."""
+import asyncio
+import dataclasses
+
+import pytest
+
+from protocol.topology import Links
+
+from coordinator.emulated_topology import make_identity
+from coordinator.local_swarm import start_peer, stop_processes
+from tests.swarm.harness import LOOPBACK, coordinator, wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
+
+
+def planned_with(slow: set[str]):
+    """The coordinator's view with 1 ms links and equal compute except `slow` peers (3x), so the
+    plan does not hang on what a loaded machine happened to measure."""
+    def adjust(topology):
+        n = len(topology.nodes)
+        nodes = tuple(dataclasses.replace(node, fwd_s_per_layer_sample=0.003 if node.id in slow else 0.001)
+                      for node in topology.nodes)
+        lat = tuple(tuple(0.0 if i == j else 1.0 for j in range(n)) for i in range(n))
+        bw = tuple(tuple(0.0 if i == j else 1.0 for j in range(n)) for i in range(n))
+        return dataclasses.replace(topology, nodes=nodes, links=Links(lat, bw))
+    return adjust
+
+
+def identities(tmp_path, n: int) -> list[str]:
+    """Peer ids known before the peers start (the plan must be steered from the first round)."""
+    return [make_identity(tmp_path / f"id{i}.key") for i in range(n)]
+
+
+def start(app, tmp_path, stages: list[int], faults: dict[int, str]):
+    procs = []
+    for i, stage in enumerate(stages):
+        key = tmp_path / f"id{i}.key"
+        args = ["--initial-peers", *app.maddrs, "--run", app.config.run, "--device", "cpu",
+                "--host-maddrs", *LOOPBACK, "--cache-dir", str(tmp_path / "cache"), "--no-benchmark",
+                "--identity", str(key), "--stage", str(stage), "--spot-check-rate", "1"]
+        if i in faults:
+            args += ["--fault", faults[i]]
+        procs.append(start_peer(args, tmp_path / f"peer{i}.log"))
+    return procs
+
+
+def assert_accounted(summaries, per_iteration: int):
+    for s in summaries:
+        assert s.completed + s.rerouted + s.skipped_stage + s.reissued == per_iteration and s.lost == 0, s
+
+
+def test_a_peer_sending_wrong_activations_is_banned_and_planned_out(tmp_path):
+    async def scenario():
+        # stage 1 is replicated: the cheater (peer 1) and a twin the plan gives no work (slow), so
+        # the cheater's outputs feed both stage 2 (peer 2) and, on reordered routes, the origins
+        async with coordinator(num_stages=3, skip_ratio=0.0, min_peers=5, max_steps=1000) as app:
+            ids = identities(tmp_path, 5)
+            cheater, twin = ids[1], ids[4]
+            app.adjust_topology = planned_with({twin})
+            procs = start(app, tmp_path, [0, 1, 2, 0, 1], {1: "corrupt@2:0.3"})
+            try:
+                await wait_for(lambda: app.schedule is not None, 120, "the first plan")
+                first = app.schedule
+                feeds = {r.hops[j + 1].peer if j + 1 < len(r.hops) else r.origin
+                         for r in first.routes for j, h in enumerate(r.hops) if h.peer == cheater}
+                assert len(feeds) >= 2, f"the plan must have the cheater feed two peers: {first.routes}"
+                await wait_for(lambda: cheater in app.bans.banned, 120, "the cheater's ban")
+                await wait_for(lambda: app.schedule.epoch > first.epoch and cheater not in app.schedule.stage_of(),
+                               60, "a schedule without the cheater")
+                start_iteration = app.schedule.start_iteration
+                await wait_for(lambda: app.summaries and app.summaries[-1].iteration >= start_iteration + 1,
+                               180, "iterations of the new schedule")
+                records = await app.records.get_spot_checks()
+                return ids, app.bans, app.status.status(), app.summaries, app.schedule, records
+            finally:
+                stop_processes(procs)
+    ids, bans, status, summaries, schedule, records = asyncio.run(scenario())
+    cheater, twin = ids[1], ids[4]
+    assert set(bans.banned) == {cheater} and "spot checks" in bans.banned[cheater]
+    failed = [(who, r) for who, rec in records.items() for r in rec.reports if not r.passed]
+    assert {r.suspect for _, r in failed} == {cheater} and len({who for who, _ in failed}) >= 2
+    assert all(r.iteration >= 2 for _, r in failed)           # corrupt@2: iterations 0 and 1 were honest
+    assert bans.counts["passed"] >= 1                          # iterations 0 and 1 were checked and honest
+    assert [p["peer_id"] for p in status["peers"] if p["state"] == "BANNED"] == [cheater]
+    assert status["spot_checks"]["failed"] >= 2
+    assert schedule.stage_of()[twin] == 1 and cheater not in schedule.stage_of()
+    assert_accounted(summaries, per_iteration=4)               # training went on, nothing lost
+    assert summaries[-1].iteration >= schedule.start_iteration + 1
+    log = (tmp_path / "peer2.log").read_text() + (tmp_path / "peer0.log").read_text()
+    assert "spot check FAILED" in log
+
+
+def test_an_honest_swarm_with_checks_on_reports_only_passes(tmp_path):
+    async def scenario():
+        async with coordinator(num_stages=2, skip_ratio=0.0, min_peers=4, max_steps=1000) as app:
+            identities(tmp_path, 4)
+            app.adjust_topology = planned_with(set())
+            procs = start(app, tmp_path, [0, 1, 0, 1], {})
+            try:
+                await wait_for(lambda: len(app.summaries) >= 4, 240, "4 iterations")
+                await wait_for(lambda: app.bans.counts["passed"] >= 4, 30, "spot-check reports")
+                return app.bans, app.summaries, await app.records.get_spot_checks()
+            finally:
+                stop_processes(procs)
+    bans, summaries, records = asyncio.run(scenario())
+    reports = [r for rec in records.values() for r in rec.reports]
+    assert reports and all(r.passed for r in reports), [r for r in reports if not r.passed]
+    assert bans.banned == {} and bans.counts["failed"] == 0
+    assert len({r.suspect for r in reports}) == 2              # both stage-1 replicas were checked
+    assert_accounted(summaries, per_iteration=4)
