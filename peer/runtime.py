@@ -16,6 +16,7 @@ from peer.compute.runner import StageRunner
 from peer.compute.stages import layer_ranges
 from peer.config import PeerConfig
 from peer.data import TextDataset, load_corpus
+from peer.progress import Progress
 
 logger = logging.getLogger("skippipe.peer")
 BYTES_PER_FLOAT = 4
@@ -77,10 +78,15 @@ class RuntimeFactory:
     def make_runner(self, stage: int) -> StageRunner:
         if not 0 <= stage < self.spec.num_stages:
             raise ValueError(f"stage {stage} does not exist in a run with {self.spec.num_stages} stages")
-        return StageRunner.from_spec(self.spec, stage, max_stash=self.config.max_activations,
-                                     stash_ttl_s=self.config.activation_ttl_s, device=self.config.device,
-                                     autocast_dtype=self.precision.autocast,
-                                     io=DeviceIO(self.config.device, self.precision))
+        start, end = layer_ranges(self.model.n_layers, self.spec.num_stages, self.spec.stage_sizes)[stage]
+        progress = Progress(f"building stage {stage}", end - start, "layers", logger)
+        runner = StageRunner.from_spec(self.spec, stage, on_layer=progress.advance,
+                                       max_stash=self.config.max_activations,
+                                       stash_ttl_s=self.config.activation_ttl_s, device=self.config.device,
+                                       autocast_dtype=self.precision.autocast,
+                                       io=DeviceIO(self.config.device, self.precision))
+        progress.finish()
+        return runner
 
     def batch(self, iteration: int, local: int, shard: int, shards: int):
         """The deterministic batch `local` of `iteration` from data shard `shard` of `shards`."""

@@ -111,9 +111,9 @@ class StageRunner:
         self._loss_sum, self._loss_count = 0.0, 0
 
     @classmethod
-    def from_spec(cls, spec: RunSpec, stage: int, **kwargs) -> StageRunner:
+    def from_spec(cls, spec: RunSpec, stage: int, on_layer=None, **kwargs) -> StageRunner:
         module = build_stage(get_config(spec.model), stage, spec.num_stages, spec.seed,
-                             spec.stage_sizes)
+                             spec.stage_sizes, on_layer)
         return cls(module, OptimConfig.from_spec(spec), **kwargs)
 
     @property

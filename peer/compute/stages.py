@@ -7,7 +7,7 @@ identical and the assembled stages equal model.Decoder built from the same seed.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn as nn
@@ -47,12 +47,16 @@ def layer_ranges(num_layers: int, num_stages: int,
 class StageModule(nn.Module):
     """One stage: its layers, plus embedding / final norm / head when it is stage 0."""
 
-    def __init__(self, config: ModelConfig, stage: int, layer_range: tuple[int, int], seed: int):
+    def __init__(self, config: ModelConfig, stage: int, layer_range: tuple[int, int], seed: int,
+                 on_layer: Callable[[], None] | None = None):
         super().__init__()
         self.config, self.stage = config, stage
         self.layer_start, self.layer_end = layer_range
         self.layers = Layers(config, 0)
-        self.layers.blocks.extend(new_block(config, seed, i) for i in range(*layer_range))
+        for i in range(*layer_range):      # one by one: a large stage takes a while (progress)
+            self.layers.blocks.append(new_block(config, seed, i))
+            if on_layer is not None:
+                on_layer()
         if stage == 0:
             self.embed = new_embedding(config, seed)
             self.norm, self.head = new_head(config, seed)
@@ -94,11 +98,11 @@ class StageModule(nn.Module):
 
 
 def build_stage(config: ModelConfig, stage: int, num_stages: int, seed: int,
-                stage_sizes: Sequence[int] = ()) -> StageModule:
+                stage_sizes: Sequence[int] = (), on_layer: Callable[[], None] | None = None) -> StageModule:
     ranges = layer_ranges(config.n_layers, num_stages, stage_sizes)
     if not 0 <= stage < num_stages:
         raise ValueError(f"stage {stage} outside 0..{num_stages - 1}")
-    return StageModule(config, stage, ranges[stage], seed)
+    return StageModule(config, stage, ranges[stage], seed, on_layer)
 
 
 def check_stage_order(stage_order: Sequence[int], num_stages: int) -> None:

@@ -22,6 +22,7 @@ from peer.compute import tensor_codec
 from peer.compute.errors import BadTensor
 from peer.compute.state_transfer import flat_state, load_flat_state, state_size
 from peer.pipeline import plan_view as pv
+from peer.progress import Progress
 from peer.transport.base import TransportError
 from peer.transport.rpc import RemoteError
 
@@ -94,6 +95,7 @@ async def _pull(w: "PipelineWorker", donor: str, stage: int) -> tuple[torch.Tens
     total = state_size(w.runner)
     out = torch.empty(total, dtype=torch.float32)
     offset, counters = 0, None
+    progress = Progress(f"copying stage {stage}'s state from {donor[:12]}", total, "MB", logger, scale=4 / 1e6)
     while offset < total:
         req = m.StateRequest(w.spec.run, stage, w.iteration, offset, CHUNK_ELEMENTS)
         reply = await w.rpc.call(donor, req, w.settings.rpc_timeout_s)
@@ -108,4 +110,6 @@ async def _pull(w: "PipelineWorker", donor: str, stage: int) -> tuple[torch.Tens
         part = tensor_codec.decode(reply.tensor, expect_shape=(n,), expect_dtype="float32", what="state chunk")
         out[offset:offset + n] = part
         offset += n
+        progress.update(offset)
+    progress.finish()
     return out, counters[0], counters[1]
