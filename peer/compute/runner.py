@@ -32,43 +32,11 @@ import torch
 from peer.compute.errors import BadTensor, OutOfOrder, StashFull, UnknownMicrobatch, WrongStage
 from peer.compute.host_buffers import DeviceIO
 from peer.compute.model import get_config
+from peer.compute.optim import OptimConfig, StepStats  # noqa: F401  (StepStats: re-exported)
 from peer.compute.stages import StageModule, build_stage
 from protocol.messages import RunSpec
 
 Key = tuple[int, int]                 # (iteration, microbatch_id)
-
-
-@dataclass(frozen=True)
-class OptimConfig:
-    lr: float = 1e-3
-    warmup_steps: int = 10
-    max_grad_norm: float = 1.0        # <= 0 disables clipping
-    weight_decay: float = 0.1
-    betas: tuple[float, float] = (0.9, 0.95)
-    eps: float = 1e-8
-
-    @classmethod
-    def from_spec(cls, spec: RunSpec) -> OptimConfig:
-        return cls(lr=spec.learning_rate, warmup_steps=spec.warmup_steps,
-                   max_grad_norm=spec.max_grad_norm)
-
-    def lr_at(self, step: int) -> float:
-        """Linear warm-up over warmup_steps, then constant."""
-        if self.warmup_steps <= 0:
-            return self.lr
-        return self.lr * min(1.0, (step + 1) / self.warmup_steps)
-
-
-@dataclass(frozen=True)
-class StepStats:
-    step: int                         # index of this step (0-based)
-    lr: float
-    samples: int                      # samples normalised over
-    microbatches: int                 # local backwards that completed
-    grad_norm: float                  # after normalisation, before clipping
-    skipped: bool                     # no samples, or a non-finite gradient norm
-    loss_mean: float | None           # origin only: mean loss of completed microbatches
-    dropped: int                      # stash entries discarded (stale after the update)
 
 
 @dataclass

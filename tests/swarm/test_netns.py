@@ -77,7 +77,7 @@ def test_a_partitioned_middle_peer_is_routed_around_and_rejoins(make_hosts, tmp_
     assert "abandoning iteration" in cut_log.read_text()      # it trained nothing on its own
 
 
-@pytest.mark.xfail(strict=False, reason="one 1 MiB probe on a loaded 2-core box reads 2.5-4.7 MB/s against a 5 MB/s cap: noisy, see closing note")
+@pytest.mark.xfail(strict=False, reason="timing on a shared 2-core box: the best of two 1 MiB probes reads within 25% of the cap when the machine is quiet (passes then), 30-45% under heavy load")
 def test_measured_bandwidth_matches_a_tbf_cap(make_hosts, tmp_path):
     hosts = make_hosts(4)
     hosts.cap(2, rate="40mbit")                  # both directions of the stage-1 peer's link
