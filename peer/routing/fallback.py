@@ -12,6 +12,7 @@ k = 0 has no such tolerance and never skips. A route never drops below two stage
 model has more than one (stage 0 alone is not a model), keeps stage 0 first and only there,
 visits each stage once and keeps SkipPipe's bounded jump between consecutive stages.
 """
+import itertools
 import math
 from dataclasses import dataclass
 from enum import Enum
@@ -87,24 +88,42 @@ def recover_hop(route: Route, hop: int, replicas_of: Callable[[int], list[str]],
                                           f"skip budget ({budget.min_visits} stages) is spent")
 
 
+MAX_ROUTE_CANDIDATES = 5000              # bounds the search below on very long pipelines
+
+
 def fresh_route(planned: Route, num_stages: int, replicas_of: Callable[[int], list[str]],
                 usable: Callable[[str], bool], budget: Budget) -> Route | None:
     """A new route from the same origin that visits as many stages as planned where it can:
-    the planned stages that still have a usable peer, topped up with other stages."""
+    the planned stages that still have a usable peer (in their planned order), topped up with
+    other stages, lowest first; the longest such route within the jump bound (a greedy top-up
+    alone can break the bound where another choice would not)."""
     mb, length = planned.microbatch_id, len(planned.hops)
     live = {s: [p for p in replicas_of(s) if usable(p)] for s in range(1, num_stages)}
     kept = [h.stage for h in planned.hops[1:] if live.get(h.stage)]
     spare = [s for s in range(1, num_stages) if live[s] and s not in kept]
-    stages = list(kept)
-    for s in spare:                       # lowest stages first keeps jumps short
-        if len(stages) + 1 >= length:
-            break
-        pos = next((i for i, k in enumerate(stages) if k > s), len(stages))
-        stages.insert(pos, s)
-    if len(stages) + 1 < budget.min_visits or not jumps_ok([0, *stages], budget.max_jump):
+    stages = _longest_valid(kept, spare, length - 1, budget)
+    if stages is None:
         return None
     hops = (planned.hops[0],) + tuple(Hop(s, _pick(live[s], mb)) for s in stages)
     return Route(mb, hops)
+
+
+def _longest_valid(kept: list[int], spare: list[int], want: int, budget: Budget) -> list[int] | None:
+    tried = 0
+    for n in range(min(want, len(kept) + len(spare)), budget.min_visits - 2, -1):
+        for k in range(min(n, len(kept)), max(0, n - len(spare)) - 1, -1):   # keep as many planned as we can
+            for keep in itertools.combinations(kept, k):
+                for extra in itertools.combinations(spare, n - k):
+                    tried += 1
+                    if tried > MAX_ROUTE_CANDIDATES:
+                        return None
+                    stages = list(keep)
+                    for s in extra:
+                        pos = next((i for i, x in enumerate(stages) if x > s), len(stages))
+                        stages.insert(pos, s)
+                    if jumps_ok([0, *stages], budget.max_jump):
+                        return stages
+    return None
 
 
 def check_route(route: Route, planned: Route, stage_of: dict[str, int], budget: Budget) -> str | None:

@@ -229,9 +229,6 @@ def test_fresh_route_spreads_by_microbatch():
     assert peers == {"a2", "a3"}
 
 
-@pytest.mark.xfail(strict=True, reason="fresh_route tops up greedily with the lowest spare stages and "
-                                       "gives up when that breaks the jump bound, although a valid "
-                                       "route exists (0 -> 1 -> 3)")
 def test_fresh_route_finds_a_route_when_the_greedy_top_up_breaks_the_jump():
     rep = {0: ["o"], 1: ["a"], 2: ["b"], 3: ["c"], 4: ["d"]}
     stage_of, rof = swarm(rep)
