@@ -3,19 +3,26 @@
 Writes one geo topology (coordinator/planner/presets.py: 12 cloud regions, RTT from distance,
 bandwidth falling with distance), then runs the real local swarm (`skippipe-swarm --topology`:
 coordinator + peer processes over hivemind P2P on 127.0.0.1, every send delayed by the link
-emulator) twice on it, same model, data and seed: once with the full pipeline (DT-FM
-partition, k = 0) and once with SkipPipe (k = 1/3). The geo latencies are kept as they are and
-the model is tiny, so emulated network time dominates compute: this keeps the measurement
-meaningful on a small, shared CPU box.
+emulator) twice on it, same model, data, seed and tokens: once with the full pipeline (DT-FM
+partition, k = 0) and once with SkipPipe (k = 1/3). The model is tiny, so emulated network
+time dominates compute.
 
-For each run: the mean iteration time (after `--warmup` iterations) and the simulator's
-prediction for the schedule the coordinator actually published (coordinator/planner/simulate.py
-on the emulated links and the peers' advertised compute), with fidelity = predicted / measured.
+Defaults, and why: 6 stages, so that k = 1/3 skips 2 of 6 stages (with 5 a path keeps
+ceil(2/3 * 5) = 4 of them: only 1/5 skipped); 12 nodes (2 per stage). Latencies x1.5
+(--latency-scale): here every hop also pays ~60 ms of CPU-bound RPC and task overhead (12
+peer processes on 2 shared cores; coordinator/planner/costs.py LOCAL_SWARM_OVERHEADS), some 30x
+what a hop costs on dedicated machines, which would otherwise weigh as much as the geography.
 
-  python bench/swarm_vs_full.py [--nodes 10] [--stages 5] [--steps 10] [--topology-seed 2]
+For each run: the mean iteration time (after `--warmup` iterations) and the coordinator's
+prediction for the schedule it published (coordinator/planner/steady.py: the simulated
+iteration plus its boundary, in steady state, with the local swarm's overheads, on the
+emulated links and the peers' advertised compute), with fidelity = predicted / measured.
+
+  python bench/swarm_vs_full.py [--nodes 12] [--stages 6] [--steps 12] [--latency-scale 1.5] [--topology-seed 2]
 Last line: RESULT ratio=<skippipe/full measured> sim_fidelity_full=<..> sim_fidelity_skippipe=<..>
 """
 import argparse
+import dataclasses
 import json
 import random
 import statistics
@@ -33,14 +40,16 @@ DIM, SEQ_LEN, SAMPLES = 64, 64, 4          # the tiny model, as the swarm runs i
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--nodes", type=int, default=10, help="peers (one per topology node)")
-    p.add_argument("--stages", type=int, default=5)
-    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--nodes", type=int, default=12, help="peers (one per topology node)")
+    p.add_argument("--stages", type=int, default=6)
+    p.add_argument("--steps", type=int, default=12)
     p.add_argument("--warmup", type=int, default=2, help="first iterations left out of the mean")
     p.add_argument("--microbatches", type=int, default=4)
     p.add_argument("--topology-seed", type=int, default=2)
+    p.add_argument("--latency-scale", type=float, default=1.5, help="multiply the preset's latencies (see above)")
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--keep", type=Path, help="keep topology, summaries and logs in this folder")
+    p.add_argument("--log-level", default="WARNING", help="the swarm's log level (DEBUG: per-peer step times)")
     return p.parse_args()
 
 
@@ -48,6 +57,8 @@ def write_topology(args, path: Path) -> None:
     topo = make_topology("geo", args.nodes, random.Random(args.topology_seed), stages=args.stages, layers=6,
                          microbatch_samples=SAMPLES, microbatches=args.microbatches,
                          activation_bytes=SEQ_LEN * DIM * 4, memory=8)
+    lat = tuple(tuple(round(v * args.latency_scale, 3) for v in row) for row in topo.links.latency_ms)
+    topo = dataclasses.replace(topo, links=dataclasses.replace(topo.links, latency_ms=lat))
     path.write_text(topology_to_json(topo))
 
 
@@ -58,6 +69,7 @@ def run_swarm(args, topology: Path, folder: Path, strategy: str, skip: str) -> d
            "--microbatches", str(args.microbatches), "--microbatch-samples", str(SAMPLES),
            "--seq-len", str(SEQ_LEN), "--run", f"geo-{strategy}", "--summary-json", str(summary),
            "--logs-dir", str(folder / f"logs-{strategy}"), "--timeout", str(args.timeout),
+           "--log-level", args.log_level,
            "--announce-period", "5"]   # a shared 2-core box delays adverts: do not mistake that for churn
     print(f"== {strategy} (k={skip}): {' '.join(cmd[1:])}", flush=True)
     t0 = time.monotonic()
@@ -91,7 +103,8 @@ def main() -> int:
           f"full_s={full['measured']:.3f} skippipe_s={skip['measured']:.3f} "
           f"unmodelled_full_s={full['measured'] - full['predicted']:.3f} "
           f"unmodelled_skippipe_s={skip['measured'] - skip['predicted']:.3f} "
-          f"lost={full['lost'] + skip['lost']} nodes={args.nodes} stages={args.stages}", flush=True)
+          f"lost={full['lost'] + skip['lost']} nodes={args.nodes} stages={args.stages} "
+          f"latency_scale={args.latency_scale:g}", flush=True)
     return 0
 
 

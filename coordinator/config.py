@@ -1,6 +1,8 @@
 """Typed configuration of the coordinator's `run` mode (filled from CLI flags)."""
 from dataclasses import dataclass
 
+from coordinator.planner.costs import Overheads
+
 
 @dataclass(frozen=True)
 class CoordinatorConfig:
@@ -26,3 +28,4 @@ class CoordinatorConfig:
     status_host: str = "127.0.0.1"          # 0.0.0.0 to show the page to other machines
     maddrs_file: str = ""                   # write the multiaddrs peers join with here (scripts, compose)
     join_key_path: str = ""                 # require this join secret of peers ("" = open run); created if missing
+    overheads: Overheads = Overheads()      # the planner's fixed swarm costs (planner/costs.py); zero: links + compute

@@ -20,6 +20,7 @@ from protocol.settings import add_config_flag, apply_settings, port_or_off
 from coordinator.chaos_spec import ChaosSpecError, parse_chaos
 from coordinator.config import CoordinatorConfig
 from coordinator.emulated_topology import assign_nodes, with_emulated_links
+from coordinator.planner.costs import LOCAL_SWARM_OVERHEADS
 from coordinator.local_swarm import start_peer, stop_processes
 from coordinator.progress import IterationSummary
 
@@ -64,8 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="require this join secret (created if missing) and give it to every peer")
     p.add_argument("--chaos", default="", metavar="SPEC",
                    help="inject faults to watch recovery, e.g. kill:1@iter3,stall:2@iter5 (peer index, "
-                        "iteration; kill:P@iterN:backward kills mid-backward). Peers then get stages "
-                        "round-robin (peer P hosts stage P mod --stages) so you know whom you hit")
+                        "iteration; kill:P@iterN:backward kills mid-backward; corrupt:P@iterN sends wrong "
+                        "activations). Peers then get stages round-robin (peer P hosts stage P mod --stages) "
+                        "so you know whom you hit")
+    p.add_argument("--spot-check-rate", type=float, default=0.0, metavar="F",
+                   help="every peer's --spot-check-rate: share of forwards recomputed on another replica "
+                        "(default: 0, off)")
     add_logging_flags(p, "WARNING")
     add_config_flag(p)
     return p
@@ -119,6 +124,21 @@ def summary_dict(summaries: list[IterationSummary], args, wall_s: float, replans
     }
 
 
+def ban_summary(app) -> dict:
+    return {"banned": dict(app.bans.banned), "spot_checks": dict(app.bans.counts)}
+
+
+def write_plan_files(app, summary_json: Path) -> None:
+    """The last schedule and the topology it was planned for, next to the summary (S.json ->
+    S.schedule.json, S.topology.json): the simulator can then be re-run on what was measured."""
+    if app.schedule is None or app.topology is None:
+        return
+    from protocol.schedule import schedule_to_json
+    from protocol.topology import topology_to_json
+    summary_json.with_suffix(".schedule.json").write_text(schedule_to_json(app.schedule))
+    summary_json.with_suffix(".topology.json").write_text(topology_to_json(app.topology))
+
+
 async def run_swarm(args) -> int:
     from coordinator.app import CoordinatorApp  # hivemind: only once the flags are valid
     from coordinator.cli import hivemind_logs_as
@@ -128,7 +148,8 @@ async def run_swarm(args) -> int:
         seed=args.seed, max_steps=args.steps, microbatch_samples=args.microbatch_samples, seq_len=args.seq_len,
         microbatches_per_origin=args.microbatches, learning_rate=args.lr,
         host_maddrs=("/ip4/127.0.0.1/tcp/0",), min_peers=args.peers,
-        join_key_path=str(args.join_key) if args.join_key else "", status_port=args.status_port)
+        join_key_path=str(args.join_key) if args.join_key else "", status_port=args.status_port,
+        overheads=LOCAL_SWARM_OVERHEADS)   # every peer on this one machine: its measured fixed costs
     printer = ProgressPrinter(args.steps, args.stages)
     app = CoordinatorApp(config, on_iteration=printer)
     loop = asyncio.get_running_loop()
@@ -156,6 +177,8 @@ async def run_swarm(args) -> int:
                          "--public-name", f"local-{i}", "--announce-period", str(args.announce_period)]
             if args.checkpoint_dir:
                 peer_args += ["--checkpoint-dir", str(args.checkpoint_dir)]
+            if args.spot_check_rate:
+                peer_args += ["--spot-check-rate", str(args.spot_check_rate)]
             if args.join_key:
                 peer_args += ["--join-key", str(args.join_key)]
             if emulated:
@@ -179,10 +202,15 @@ async def run_swarm(args) -> int:
         await asyncio.to_thread(stop_processes, peers)
     summary = summary_dict(app.summaries, args, time.monotonic() - started, app.replans)
     summary["predicted_iteration_s"] = app.schedule.predicted_iteration_s if app.schedule else None
+    summary.update(ban_summary(app))
     print(f"done: {summary['steps']} iterations, loss {summary['first_loss']} -> {summary['last_loss']}, "
           f"{summary['tokens_per_s']:.0f} tokens/s, microbatches {summary['microbatches']}", flush=True)
+    if args.spot_check_rate or summary["banned"]:
+        print(f"spot checks: {summary['spot_checks']['passed']} passed, {summary['spot_checks']['failed']} failed; "
+              f"banned: {summary['banned'] or 'none'}", flush=True)
     if args.summary_json:
         args.summary_json.write_text(json.dumps(summary, indent=1))
+        write_plan_files(app, args.summary_json)
     finished = summary["last_iteration"] == args.steps - 1
     if not args.logs_dir and finished:
         shutil.rmtree(logs, ignore_errors=True)
@@ -206,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
         if any(a == "--peers" or a.startswith("--peers=") for a in argv) and args.peers != nodes:
             return fail_usage("skippipe-swarm", f"--topology has {nodes} nodes, one per peer, but --peers is {args.peers}")
         args.peers = nodes
+    if not 0.0 <= args.spot_check_rate <= 1.0:
+        return fail_usage("skippipe-swarm", f"--spot-check-rate must be between 0 and 1, got {args.spot_check_rate}")
     if args.stages > args.peers:
         return fail_usage("skippipe-swarm", f"--stages {args.stages} needs at least as many --peers (got {args.peers})")
     try:

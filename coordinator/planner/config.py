@@ -16,6 +16,8 @@ Rules 1-3 have no off switch because a schedule breaking them is not a SkipPipe 
 """
 from dataclasses import dataclass, field
 
+from coordinator.planner.costs import Overheads
+
 STRATEGIES = ("skippipe", "full", "random-skip")
 
 
@@ -59,6 +61,7 @@ class PlanConfig:
     planner: PlannerConfig = field(default_factory=PlannerConfig)
     run: str = "default"
     epoch: int = 0
+    overheads: Overheads = Overheads()   # the swarm's fixed costs (costs.py); zero: links + compute only
 
     def __post_init__(self):
         if self.strategy not in STRATEGIES:

@@ -1,31 +1,71 @@
 """Compute and communication cost model (seconds), from the profiled numbers of a topology.
 
 - forward of stage s on node n: fwd_s_per_layer_sample * slowdown * layers(s) * microbatch_samples
-- backward: backward_ratio x forward
-- head + loss on the origin: head_fraction x one layer's forward for the microbatch
+  (+ overheads.task_s, the fixed cost of one task in the real runtime)
+- backward: backward_ratio x forward (+ task_s)
+- head + loss on the origin: head_fraction x one layer's forward for the microbatch (+ task_s)
 - transfer a -> b: latency + activation_bytes_per_sample * microbatch_samples / bandwidth
-  (the same bytes for the activation going forward and its gradient coming back)
-- replica averaging of a stage: ring all-reduce, 2 (r-1)/r * param_bytes / slowest ring
-  bandwidth + 2 (r-1) x the worst ring latency; zero for one replica or param_bytes_per_layer=0.
+  (+ overheads.hop_s; the same bytes for the activation going forward and its gradient back)
+- replica averaging of a stage: every replica sends its gradients (param_bytes of the stage)
+  to every other one directly and waits for the acks (peer/pipeline/averaging.py): the
+  slowest pair's bytes / bandwidth + latency there and back (+ hop_s); zero for one replica or
+  param_bytes_per_layer=0.
+- the iteration boundary (coordinator/planner/steady.py): IterationDone notices, the shares
+  above, the optimizer step (overheads.step_s_per_param) and the gap between iterations.
+
+`Overheads()` (all zero) is the pure link-and-compute model; LOCAL_SWARM_OVERHEADS are this
+implementation's fixed costs in a local swarm (skippipe-swarm), measured (see its comment).
 """
+from dataclasses import dataclass
+
 import numpy as np
 
 from protocol.topology import Topology
 
 
+@dataclass(frozen=True)
+class Overheads:
+    """Fixed costs of the real swarm that link and compute profiles do not contain (seconds)."""
+
+    hop_s: float = 0.0              # per request: RPC round trip, (de)serialisation, inbox hand-off
+    task_s: float = 0.0             # per compute task: executor hand-off, autograd bookkeeping
+    step_s_per_param: float = 0.0   # optimizer step + gradient vector flatten/unflatten
+    origin_gap_s: float = 0.0       # stage-0 peers between iterations: progress report + schedule read
+    peer_gap_s: float = 0.0         # other peers between iterations: schedule read
+
+    def __post_init__(self):
+        for name, value in vars(self).items():
+            if not value >= 0:
+                raise ValueError(f"overhead {name} must be >= 0, got {value}")
+
+
+# The local swarm (skippipe-swarm: 10-12 peer processes, each with its p2pd, on 2 shared cores),
+# measured with timing hooks around the worker's tasks and the real RPCs in
+# bench/swarm_vs_full.py runs (README "Results"): a task's wall time averages 8-13 ms where the
+# peer benchmark predicts 1-2 ms of compute -> task_s 0.01; a real loopback RPC round trip
+# averages 20-30 ms for an activation (median 8-13 ms; 2 ms on an idle box, bench/swarm.py),
+# to which the emulator's timers and the hand-offs on a loaded event loop add: hop_s 0.06 is
+# the value that, with task_s fixed, best fits the mean iteration times measured in 2 runs x 2
+# strategies (all within 12%); the step plus gradient (un)flattening averages ~12 ms per ~60k parameters -> 2e-7;
+# between iterations stage-0 peers spend a median 0.12-0.35 s (progress put + schedule get in
+# the DHT), the others 0.06-0.17 s (schedule get) -> 0.2 and 0.1.
+LOCAL_SWARM_OVERHEADS = Overheads(hop_s=0.06, task_s=0.01, step_s_per_param=2e-7, origin_gap_s=0.2, peer_gap_s=0.1)
+
+
 class CostModel:
-    def __init__(self, topology: Topology):
+    def __init__(self, topology: Topology, overheads: Overheads = Overheads()):
         w = topology.workload
-        self.topology = topology
+        self.topology, self.overheads = topology, overheads
         self.num_nodes = len(topology.nodes)
         self.layers = w.layers_per_stage()
         self.index = {node.id: i for i, node in enumerate(topology.nodes)}
         # One layer's forward for one microbatch on each node.
         self.layer_fwd = np.array([n.fwd_s_per_layer_sample * n.slowdown * w.microbatch_samples
                                    for n in topology.nodes])
-        self.fwd = np.outer(self.layer_fwd, np.array(self.layers, dtype=float))   # [node, stage]
-        self.bwd = self.fwd * w.backward_ratio
-        self.head = self.layer_fwd * w.head_fraction
+        fwd = np.outer(self.layer_fwd, np.array(self.layers, dtype=float))   # [node, stage]
+        self.fwd = fwd + overheads.task_s
+        self.bwd = fwd * w.backward_ratio + overheads.task_s
+        self.head = self.layer_fwd * w.head_fraction + overheads.task_s
         self.memory = [n.memory(w) for n in topology.nodes]
         self.bytes = float(w.activation_bytes_per_sample * w.microbatch_samples)
         n = self.num_nodes
@@ -35,7 +75,9 @@ class CostModel:
         np.fill_diagonal(bw, np.inf)
         self.latency = lat
         self.bandwidth = bw
-        self.xfer = lat + self.bytes / bw                # activation or gradient, a -> b
+        self.hop = np.full((n, n), overheads.hop_s)      # fixed cost of a request to another node
+        np.fill_diagonal(self.hop, 0.0)
+        self.xfer = lat + self.bytes / bw + self.hop     # activation or gradient, a -> b
         self.xfer_list = self.xfer.tolist()              # plain floats: faster in inner loops
         self.fwd_list = self.fwd.tolist()
         self.bwd_list = self.bwd.tolist()
@@ -49,13 +91,25 @@ class CostModel:
         """Time the bytes occupy the link (without latency)."""
         return 0.0 if a == b else self.bytes / float(self.bandwidth[a, b])
 
-    def averaging(self, stage: int, replicas: list[int]) -> float:
-        """Ring all-reduce of the stage's parameters among `replicas` (node indices)."""
-        r = len(replicas)
-        param_bytes = self.param_bytes_per_layer * self.layers[stage]
-        if r <= 1 or param_bytes == 0:
+    def stage_param_bytes(self, stage: int) -> float:
+        return float(self.param_bytes_per_layer * self.layers[stage])
+
+    def share(self, stage: int, a: int, b: int) -> float:
+        """Replica a's gradient share of `stage` arriving at replica b (one request)."""
+        if a == b:
             return 0.0
-        ring = list(zip(replicas, replicas[1:] + replicas[:1]))
-        slowest = min(float(self.bandwidth[a, b]) for a, b in ring)
-        worst_latency = max(float(self.latency[a, b]) for a, b in ring)
-        return 2.0 * (r - 1) / r * param_bytes / slowest + 2.0 * (r - 1) * worst_latency
+        return (float(self.hop[a, b]) + self.stage_param_bytes(stage) / float(self.bandwidth[a, b])
+                + float(self.latency[a, b]))
+
+    def averaging(self, stage: int, replicas: list[int]) -> float:
+        """Gradient exchange among `replicas` (node indices) that all start together: the
+        slowest share there plus its ack back (the sender waits for it)."""
+        if len(replicas) <= 1 or self.stage_param_bytes(stage) == 0:
+            return 0.0
+        return max(self.share(stage, a, b) + float(self.latency[b, a])
+                   for a in replicas for b in replicas if a != b)
+
+    def step(self, stage: int) -> float:
+        """Optimizer step of one replica of `stage`."""
+        params = self.stage_param_bytes(stage) / 4.0      # float32 parameters
+        return self.overheads.step_s_per_param * params

@@ -8,7 +8,7 @@ from coordinator.planner.costs import CostModel
 from coordinator.planner.partition import data_node_count, partition
 from coordinator.planner.paths import PathPlanner
 from coordinator.planner.rules import path_length
-from coordinator.planner.simulate import simulate
+from coordinator.planner.steady import predict
 from protocol.schedule import Hop, OrderEntry, PeerOrder, Phase, Route, Schedule, StageAssignment
 from protocol.topology import Topology
 
@@ -59,7 +59,7 @@ def _schedule(topology, config, stage_of, paths, node_tasks, skip_ratio, seed) -
 
 
 def _with_prediction(schedule: Schedule, topology: Topology, cost: CostModel) -> tuple[Schedule, float]:
-    t = simulate(schedule, topology, cost).iteration_time_s
+    t = predict(schedule, topology, cost).iteration_s
     return dataclasses.replace(schedule, predicted_iteration_s=t), t
 
 
@@ -89,7 +89,7 @@ def plan(topology: Topology, config: PlanConfig | None = None, rng_or_seed=0) ->
     """Plan one iteration for `topology`; deterministic for an int seed. Raises PlanningError."""
     config = config or PlanConfig()
     rng, seed = _rng(rng_or_seed)
-    cost = CostModel(topology)
+    cost = CostModel(topology, config.overheads)
     _check(topology, cost)
     w, cfg = topology.workload, config.planner
     length = path_length(w.num_stages, config.skip_ratio)

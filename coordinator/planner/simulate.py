@@ -3,7 +3,7 @@
 Model (hand-checkable, see tests/unit/test_simulate.py):
 - Each microbatch is a chain of tasks: F(hop 0) ... F(hop L-1), H (head + loss on the origin),
   B(hop L-1) ... B(hop 0). Between consecutive tasks on different nodes the activation (or its
-  gradient) is transferred: latency + bytes / bandwidth.
+  gradient) is transferred: latency + bytes / bandwidth (+ the cost model's fixed hop cost).
 - A node runs one task at a time. With a per-node order (Schedule.order) it runs its forward and
   backward tasks strictly in that order; heads are not part of the order (Phase has no head
   value) and run as soon as the node is free, before the next ordered task, because they are
@@ -19,6 +19,8 @@ Model (hand-checkable, see tests/unit/test_simulate.py):
   forward runs over the limit (counted in `memory_overflows`). So the simulation always ends.
 - At the end every stage averages its replicas: iteration time = max over stages of
   (last backward on that stage + averaging cost).
+- `available` (optional, per node id): a node starts nothing before that time (it is still
+  busy with the previous iteration: coordinator/planner/steady.py). Default: all free at 0.
 """
 import heapq
 from dataclasses import dataclass
@@ -83,7 +85,8 @@ class _Tasks:
 
 
 class _Sim:
-    def __init__(self, tasks: _Tasks, cost: CostModel, sequences, memory_limit: bool, link_contention: bool):
+    def __init__(self, tasks: _Tasks, cost: CostModel, sequences, memory_limit: bool, link_contention: bool,
+                 available: list[float]):
         self.t, self.cost = tasks, cost
         n = cost.num_nodes
         self.seq = sequences                 # per node: list of task ids (ordered) or None (FIFO)
@@ -97,6 +100,10 @@ class _Sim:
         self.events, self.counter = [], 0
         self.start, self.end = {}, {}
         self.now, self.deviations, self.overflows = 0.0, 0, 0
+        for node, t in enumerate(available):
+            if t > 0:                        # busy until then; a "free" event releases it
+                self.busy[node] = True
+                self.push(t, "free", node)
 
     def push(self, time, kind, task):
         self.counter += 1
@@ -147,7 +154,7 @@ class _Sim:
                 trans = self.cost.transmission(n, m)
                 begin = max(self.now, self.link_free.get((n, m), 0.0)) if self.link_contention else self.now
                 self.link_free[(n, m)] = begin + trans
-                arrive = begin + trans + float(self.cost.latency[n, m])
+                arrive = begin + trans + float(self.cost.latency[n, m]) + float(self.cost.hop[n, m])
             self.push(arrive, "ready", nxt)
         self.dispatch(n)
 
@@ -175,7 +182,10 @@ class _Sim:
         while True:
             while self.events:
                 self.now, _, kind, task = heapq.heappop(self.events)
-                if kind == "ready":
+                if kind == "free":
+                    self.busy[task] = False      # `task` is a node index here
+                    self.dispatch(task)
+                elif kind == "ready":
                     n = self.t.node[task]
                     self.ready_at[task] = self.now
                     self.ready[n].append(task)
@@ -213,11 +223,13 @@ def _sequences(schedule: Schedule, tasks: _Tasks, cost: CostModel):
 
 
 def simulate(schedule: Schedule, topology: Topology, cost: CostModel | None = None,
-             memory_limit: bool = True, link_contention: bool = True) -> SimResult:
+             memory_limit: bool = True, link_contention: bool = True,
+             available: dict[str, float] | None = None) -> SimResult:
     """Simulate one iteration of `schedule` on `topology` (see the module docstring)."""
     cost = cost or CostModel(topology)
     tasks = _Tasks(schedule, cost)
-    sim = _Sim(tasks, cost, _sequences(schedule, tasks, cost), memory_limit, link_contention)
+    free_at = [max(0.0, (available or {}).get(i, 0.0)) for i in topology.node_ids]
+    sim = _Sim(tasks, cost, _sequences(schedule, tasks, cost), memory_limit, link_contention, free_at)
     sim.loop()
     ids = topology.node_ids
     intervals = tuple(TaskInterval(ids[tasks.node[t]], tasks.mb[t], tasks.kind[t], tasks.stage[t],

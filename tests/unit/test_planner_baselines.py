@@ -1,8 +1,9 @@
 import random
 
-from coordinator.planner import PlanConfig, PlannerConfig, ViolationKind, path_length, plan, simulate, validate
+from coordinator.planner import PlanConfig, PlannerConfig, ViolationKind, path_length, plan, validate
 from coordinator.planner.baselines import random_stages
 from coordinator.planner.presets import make_topology
+from coordinator.planner.steady import predict
 
 
 def geo(n=14, seed=2):
@@ -23,7 +24,7 @@ def test_full_visits_every_stage_in_order_and_spreads_replicas():
     for st in range(1, 6):   # least-loaded choice: replicas of a stage differ by at most one
         counts = [load.get(p, 0) for p, x in stage_of.items() if x == st]
         assert max(counts) - min(counts) <= 1
-    assert s.predicted_iteration_s == simulate(s, t).iteration_time_s > 0
+    assert s.predicted_iteration_s == predict(s, t).iteration_s > 0
 
 
 def test_random_skip_has_the_skippipe_path_length():
