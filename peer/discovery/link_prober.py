@@ -19,7 +19,7 @@ logger = logging.getLogger(__name__)
 
 
 async def measure_link(rpc: RpcClient, peer: str, probe_bytes: int = 1 << 20, pings: int = 3,
-                       timeout: float = 10.0, transfers: int = 2) -> LinkMeasurement | None:
+                       timeout: float = 10.0, transfers: int = 3) -> LinkMeasurement | None:
     try:
         rtts = []
         for _ in range(pings):

@@ -76,6 +76,9 @@ async def _sit_out(w: "PipelineWorker", i: int) -> None:
         await w.compute(w.runner.abandon)
     w.end_iteration(i)
     await w.isolation.wait(False)
+    # every peer failed us while we were cut off: without this they would stay "unusable" to us
+    # (suspect until a success we would never try), and we would refuse to route through them
+    w.health.forget_failures()
     known = w.isolation.known_epoch or 0
     deadline = time.monotonic() + REJOIN_WAIT_S
     while time.monotonic() < deadline:

@@ -44,6 +44,10 @@ class Health:
         backoff = min(self.base_ban_s * 2 ** (rec.failures - 1), self.max_ban_s)
         rec.banned_until = max(rec.banned_until, self.clock() + backoff)
 
+    def forget_failures(self) -> None:
+        """Clear every failure and ban: they were ours (we were cut off), not the peers'."""
+        self._records.clear()
+
     def set_departed(self, peers: Iterable[str]) -> None:
         self.departed = set(peers)
 

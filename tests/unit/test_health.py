@@ -116,3 +116,14 @@ def test_snapshot_lists_failing_peers():
 def test_bad_settings_are_refused(kw):
     with pytest.raises(ValueError, match="base_ban_s"):
         Health(**kw)
+
+
+def test_forgetting_failures_makes_every_peer_usable_again():
+    # a peer back from a partition: everyone failed it, through no fault of theirs
+    h = Health(suspect_after=2)
+    for _ in range(3):
+        h.record_failure("a", ["a", "b"])
+        h.record_failure("b", ["a", "b"])
+    assert h.suspect("a") and h.suspect("b")
+    h.forget_failures()
+    assert h.usable("a") and h.usable("b") and h.failures("a") == 0 and h.snapshot() == {}
