@@ -21,7 +21,7 @@ from coordinator.config import CoordinatorConfig
 from coordinator.dht_io import CoordinatorRecords, record_validators
 from coordinator.planner import PlanConfig, PlanningError, plan
 from coordinator.progress import IterationSummary, ProgressTracker
-from coordinator.replanner import CollapseGuard, MembershipTracker, ReplanPolicy
+from coordinator.replanner import CollapseGuard, MembershipTracker, ReplanPolicy, switch_iteration
 from coordinator.status import StatusView
 from coordinator.swarm_view import BanList, NotPlannable, SwarmSnapshot, to_topology
 
@@ -216,9 +216,8 @@ class CoordinatorApp:
         if self.schedule is None and not self.progress.reports and not self.summaries:
             return 0
         latest = max(self.progress.latest_reported(), self.summaries[-1].iteration if self.summaries else -1)
-        recent = [s.duration_s for s in self.summaries[-5:] if s.duration_s > 0]
-        per_iteration = sum(recent) / len(recent) if recent else 1.0
-        return latest + 2 + math.ceil(SWITCH_MARGIN_S / per_iteration)
+        since = time.time() - self.summaries[-1].finished_at if self.summaries else 0.0
+        return switch_iteration(latest, [s.duration_s for s in self.summaries[-5:]], since, SWITCH_MARGIN_S)
 
     def _adopt(self, schedule: Schedule) -> None:
         self.schedule = schedule

@@ -9,6 +9,7 @@ else's arrival or death.
 - re-plan: the debounced membership differs from the planned one and at least `min_gap_s`
   passed since the last plan (so even a slowly flapping peer costs at most one plan per gap).
 """
+import math
 from dataclasses import dataclass, field
 
 
@@ -75,3 +76,19 @@ class CollapseGuard:
                 return False
         self.since = None
         return True
+
+
+EARLY_ITERATION_S = 0.25
+
+
+def switch_iteration(latest: int, recent_durations: list[float], since_latest_s: float, margin_s: float) -> int:
+    """The first iteration of a new epoch: safely after the swarm's current one, which is later
+    than the newest we know of (`latest`, reported `since_latest_s` ago). Counted with the
+    fastest recent iteration, not the mean: a slow first iteration (warm-up) once made the
+    margin so short that the swarm had already passed the new epoch's start. With fewer than
+    three measured iterations the rate is a guess: assume a fast swarm (EARLY_ITERATION_S)."""
+    durations = [d for d in recent_durations if d > 0]
+    if len(durations) < 3:
+        durations.append(EARLY_ITERATION_S)
+    per_iteration = max(min(durations), 0.05)
+    return latest + 2 + math.ceil((margin_s + max(0.0, since_latest_s)) / per_iteration)

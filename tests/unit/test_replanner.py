@@ -133,3 +133,14 @@ def test_a_read_that_lost_most_of_the_swarm_is_held_back_for_a_while():
     assert guard.accept(four, frozenset(), 11.5)              # still so after hold_s: they really left
     assert not guard.accept(four, frozenset(), 12.0)          # a new collapse starts a new hold
     assert guard.accept(frozenset("a"), frozenset(), 0.0)     # a lone peer may leave
+
+
+def test_a_new_epoch_starts_after_the_swarm_even_after_a_slow_warm_up_iteration():
+    from coordinator.replanner import EARLY_ITERATION_S, switch_iteration
+    # seen in CI: iteration 0 took 3.4 s (warm-up), the next ones 0.5 s, reports lagged 2 s; the
+    # mean rate gave start 4 while the swarm was already in iteration 5
+    assert switch_iteration(0, [3.4], 2.0, 4.0) == 0 + 2 + 24          # (4 + 2) s at 0.25 s
+    assert EARLY_ITERATION_S == 0.25
+    assert switch_iteration(2, [3.4, 0.5, 0.5], 1.5, 4.0) == 2 + 2 + 11   # fastest measured: 0.5 s
+    assert switch_iteration(9, [2.0, 2.0, 2.0], 0.0, 4.0) == 9 + 2 + 2    # a slow swarm, measured
+    assert switch_iteration(5, [0.001] * 3, 0.0, 1.0) == 5 + 2 + 20       # floor of 50 ms per iteration
