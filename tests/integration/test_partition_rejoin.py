@@ -10,7 +10,7 @@ from protocol import messages as m
 from tests.integration.memory_swarm import batches_for, build_memory_swarm, make_schedule
 
 SPEC = m.RunSpec(run="t", model="tiny", num_stages=3, skip_ratio=0.0, seed=3, microbatch_samples=2,
-                 seq_len=16, microbatches_per_origin=2, max_steps=6, learning_rate=1e-3, warmup_steps=1)
+                 seq_len=16, microbatches_per_origin=2, max_steps=10, learning_rate=1e-3, warmup_steps=1)
 STAGE_OF = {"o": 0, "a": 1, "b": 1, "z": 2}
 PATHS = {0: ["o", "a", "z"], 1: ["o", "b", "z"]}
 CUT_AT = 1
@@ -38,7 +38,8 @@ async def scenario():
     assert b.isolation.cut_off
     network.cut.discard("b")                              # the heal; b is back but must rejoin first
     b.isolation.set(False, 0)
-    start = workers["o"].iteration + 2
+    start = workers["o"].iteration + 2                    # read and published with no await between
+    assert start < SPEC.max_steps, "the swarm ran past the re-plan before the test could publish it"
     replan = dataclasses.replace(make_schedule("t", STAGE_OF, PATHS, epoch=2), start_iteration=start)
     for w in workers.values():
         w.book.add(replan)

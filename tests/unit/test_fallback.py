@@ -1,4 +1,6 @@
 """The mid-iteration recovery rules of peer/routing/fallback.py, alone (pure, no network)."""
+import itertools
+
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
@@ -335,6 +337,22 @@ def test_property_recovered_routes_pass_check_route(scenario, data):
         assert check_route(fresh, planned, stage_of, budget) is None
         assert all(usable(h.peer) for h in fresh.hops[1:])
         assert len(fresh.hops) <= len(planned.hops)
-        kept = {h.stage for h in planned.hops[1:] if any(usable(p) for p in reps[h.stage])}
-        # every planned stage with a live peer is kept
-        assert kept <= set(fresh.stages)
+        kept = [h.stage for h in planned.hops[1:] if any(usable(p) for p in reps[h.stage])]
+        spare = [s for s in range(1, num_stages)
+                 if s not in kept and any(usable(p) for p in reps[s])]
+        # every planned stage with a live peer is kept, unless no route of that length can
+        # keep them all within the jump bound (length comes first: it is the skip budget)
+        if can_keep_all(kept, spare, len(fresh.hops) - 1, budget.max_jump):
+            assert set(kept) <= set(fresh.stages)
+
+
+def can_keep_all(kept: list[int], spare: list[int], length: int, max_jump: int) -> bool:
+    """Brute force: is there a route of `length` stages after 0 that holds every kept stage in
+    its planned order plus spare stages, each spare stage placed anywhere, within the bound?"""
+    if len(kept) > length:
+        return False
+    for extra in itertools.combinations(spare, length - len(kept)):
+        for order in itertools.permutations(kept + list(extra)):
+            if [s for s in order if s in kept] == kept and jumps_ok([0, *order], max_jump):
+                return True
+    return False
