@@ -1,6 +1,12 @@
 """Keeps this peer's advert alive in the DHT: JOINING -> ONLINE -> OFFLINE, refreshed well
-before it expires (expiry = 2 x period, so one missed refresh is tolerated)."""
+before it expires (expiry = 2 x period, so one missed refresh is tolerated).
+
+A DHT store can stall for seconds when a node on its path is cut off (hivemind waits out its
+RPC timeout). So stores go out on a fixed cadence without waiting for the previous one (at most
+MAX_IN_FLIGHT at once), and while stores are slow the expiry stretches by the slowest recent
+store (or the oldest one still in flight), capped, so a healthy peer's advert does not lapse because someone else's link is down."""
 import asyncio
+import collections
 import dataclasses
 import logging
 import time
@@ -11,6 +17,10 @@ from peer.discovery.dht_records import PeerRecords
 
 logger = logging.getLogger(__name__)
 
+MAX_IN_FLIGHT = 4         # a store waiting out a cut node's RPC timeout (~6 s) spans 4 periods
+MAX_STRETCH_S = 10.0      # a store slower than this is a dead DHT, not a slow one
+RECENT_STORES = 5
+
 
 class Announcer:
     def __init__(self, records: PeerRecords, advert: PeerAdvert, period_s: float):
@@ -18,28 +28,60 @@ class Announcer:
         self.advert = advert
         self.period_s = period_s
         self._wake = asyncio.Event()
+        self._durations: collections.deque[float] = collections.deque(maxlen=RECENT_STORES)
+        self._in_flight: dict[asyncio.Task, float] = {}      # task -> monotonic start
+        self._last_expiry = 0.0
 
     def update(self, **changes) -> None:
         """Change advert fields; the new advert goes out at once."""
         self.advert = dataclasses.replace(self.advert, **changes)
         self._wake.set()
 
+    @property
+    def ttl_s(self) -> float:
+        """2 x period, plus the slowest recent or pending store while stores are slow (capped)."""
+        pending = [time.monotonic() - t for t in self._in_flight.values()]
+        stretch = min(max([*self._durations, *pending], default=0.0), MAX_STRETCH_S)
+        return 2 * self.period_s + stretch
+
     async def announce_once(self) -> bool:
-        advert = dataclasses.replace(self.advert, timestamp=time.time())
+        now = time.time()
+        advert = dataclasses.replace(self.advert, timestamp=now)
+        # the DHT keeps the record that expires last, so a newer advert must never expire
+        # sooner than an older one (the stretch shrinks once stores are fast again)
+        self._last_expiry = max(now + self.ttl_s, self._last_expiry + 1e-3)
+        started = time.monotonic()
         try:
-            return await self.records.put_advert(advert, ttl_s=2 * self.period_s)
+            return await self.records.put_advert(advert, ttl_s=self._last_expiry - now)
         except Exception as exc:  # DHT hiccups must not stop the loop; the next try may work
             logger.warning("announcing failed: %s", exc)
             return False
+        finally:
+            took = time.monotonic() - started
+            self._durations.append(took)
+            if took > self.period_s:
+                logger.warning("announcing took %.1fs (period %.1fs): the DHT is slow, advert "
+                               "expiry stretched to %.1fs", took, self.period_s, self.ttl_s)
+
+    def _launch(self) -> None:
+        if len(self._in_flight) >= MAX_IN_FLIGHT:
+            return              # the stores in flight carry the same advert within a period
+        task = asyncio.create_task(self.announce_once())
+        self._in_flight[task] = time.monotonic()
+        task.add_done_callback(lambda t: self._in_flight.pop(t, None))
 
     async def run(self) -> None:
-        while True:
-            await self.announce_once()
-            self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=self.period_s)
-            except TimeoutError:
-                pass
+        try:
+            while True:
+                self._wake.clear()
+                self._launch()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), timeout=self.period_s)
+                except TimeoutError:
+                    pass
+        finally:
+            for task in list(self._in_flight):
+                task.cancel()
 
     async def go_offline(self) -> None:
         self.advert = dataclasses.replace(self.advert, state=PeerState.OFFLINE)

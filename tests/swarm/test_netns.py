@@ -1,7 +1,11 @@
 """Swarms across network namespaces (issue 9): every host has its own network stack and address,
 so nothing can take a 127.0.0.1 shortcut; peers reach each other only by what they advertise."""
+import json
 import re
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -102,3 +106,34 @@ def test_measured_bandwidth_matches_a_tbf_cap(make_hosts, tmp_path):
     for bw in capped:
         assert abs(bw - cap) / cap < 0.25, (bw, cap, seen)
     assert min(free) > 2 * cap, (free, cap)      # the uncapped link really is faster
+
+
+def schedule_hops(hosts, i: int, maddrs: list[str]) -> dict:
+    """{peer: hops on the published routes}, read from host i (bench/netns_probe.py)."""
+    probe = Path(__file__).resolve().parents[2] / "bench" / "netns_probe.py"
+    proc = subprocess.run(["ip", "netns", "exec", hosts.names[i], sys.executable, str(probe), "schedule", "t", *maddrs],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-1500:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_the_planner_routes_around_a_capped_link(make_hosts, tmp_path):
+    # two stage-1 replicas, one behind a 40 mbit tbf cap: with equal compute the planner would
+    # split the 4 microbatches between them; with the measured links it avoids the capped one
+    hosts = make_hosts(5)
+    hosts.cap(3, rate="40mbit")
+    maddrs = wait_maddrs(start_coordinator(hosts, 0, tmp_path, "--stages", "3", "--min-peers", "4",
+                                           "--steps", "100000", "--microbatches", "4"))
+    start_peer(hosts, 1, tmp_path, maddrs, 0)
+    start_peer(hosts, 3, tmp_path, maddrs, 1)
+    capped = peer_id(tmp_path / "peer3.log")
+    deadline = time.monotonic() + 120                  # its links are measured before the plan
+    while not any(capped in (r, p) for r, m in links(hosts, 0, "t", maddrs).items() for p in m):
+        assert time.monotonic() < deadline, "no link records for the capped peer"
+        time.sleep(3)
+    start_peer(hosts, 2, tmp_path, maddrs, 1)
+    start_peer(hosts, 4, tmp_path, maddrs, 2)
+    free = peer_id(tmp_path / "peer2.log")
+    wait_iterations(tmp_path / "coordinator.log", 2, 180)
+    hops = schedule_hops(hosts, 0, maddrs)["hops"]
+    assert hops.get(free, 0) == 4 and hops.get(capped, 0) == 0, hops
