@@ -67,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="inject faults to watch recovery, e.g. kill:1@iter3,stall:2@iter5 (peer index, "
                         "iteration; kill:P@iterN:backward kills mid-backward; corrupt:P@iterN sends wrong "
                         "activations). Peers then get stages round-robin (peer P hosts stage P mod --stages) "
-                        "so you know whom you hit")
+                        "so you know whom you hit, and skip the layer benchmark (all equally fast to "
+                        "the planner; --topology slowdowns still apply)")
     p.add_argument("--spot-check-rate", type=float, default=0.0, metavar="F",
                    help="every peer's --spot-check-rate: share of forwards recomputed on another replica "
                         "(default: 0, off)")
@@ -188,7 +189,9 @@ async def run_swarm(args) -> int:
                 if args.topology_data.nodes[i].stage >= 0 and not args.chaos:
                     peer_args += ["--stage", str(args.topology_data.nodes[i].stage)]
             if args.chaos:
-                peer_args += ["--stage", str(i % args.stages)]
+                # equal peers must look equal to the planner, so that the victims have work: a
+                # benchmark run by six peers at once on a loaded box can read one 8x slower
+                peer_args += ["--stage", str(i % args.stages), "--no-benchmark"]
                 if i in args.faults:
                     peer_args += ["--fault", args.faults[i]]
             peers.append(start_peer(peer_args, logs / f"peer{i}.log"))

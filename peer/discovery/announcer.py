@@ -20,6 +20,7 @@ logger = logging.getLogger(__name__)
 MAX_IN_FLIGHT = 4         # a store waiting out a cut node's RPC timeout (~6 s) spans 4 periods
 MAX_STRETCH_S = 10.0      # a store slower than this is a dead DHT, not a slow one
 RECENT_STORES = 5
+GOODBYE_TIMEOUT_S = 3.0   # peers leaving together cannot store for each other: do not hang on it
 
 
 class Announcer:
@@ -52,16 +53,16 @@ class Announcer:
         self._last_expiry = max(now + self.ttl_s, self._last_expiry + 1e-3)
         started = time.monotonic()
         try:
-            return await self.records.put_advert(advert, ttl_s=self._last_expiry - now)
+            stored = await self.records.put_advert(advert, ttl_s=self._last_expiry - now)
         except Exception as exc:  # DHT hiccups must not stop the loop; the next try may work
-            logger.warning("announcing failed: %s", exc)
-            return False
-        finally:
-            took = time.monotonic() - started
-            self._durations.append(took)
-            if took > self.period_s:
-                logger.warning("announcing took %.1fs (period %.1fs): the DHT is slow, advert "
-                               "expiry stretched to %.1fs", took, self.period_s, self.ttl_s)
+            logger.warning("announcing failed: %s", str(exc) or type(exc).__name__)
+            stored = False
+        took = time.monotonic() - started
+        self._durations.append(took)
+        if took > self.period_s:
+            logger.warning("announcing took %.1fs (period %.1fs): the DHT is slow, advert "
+                           "expiry stretched to %.1fs", took, self.period_s, self.ttl_s)
+        return stored
 
     def _launch(self) -> None:
         if len(self._in_flight) >= MAX_IN_FLIGHT:
@@ -84,5 +85,12 @@ class Announcer:
                 task.cancel()
 
     async def go_offline(self) -> None:
+        """Announce OFFLINE, bounded: if the DHT does not take it in time the advert simply
+        expires (within ttl_s) and the swarm treats this peer as departed then."""
         self.advert = dataclasses.replace(self.advert, state=PeerState.OFFLINE)
-        await self.announce_once()
+        try:
+            async with asyncio.timeout(GOODBYE_TIMEOUT_S):
+                await self.announce_once()
+        except TimeoutError:
+            logger.info("the OFFLINE advert was not stored within %.0fs; the last one expires instead",
+                        GOODBYE_TIMEOUT_S)

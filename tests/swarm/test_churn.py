@@ -61,9 +61,11 @@ def test_kill_a_middle_stage_peer(tmp_path, when):
 
 
 def test_a_stalled_peer_slows_but_does_not_break_training(tmp_path):
-    summary, _ = run_chaos(tmp_path, "stall:2@iter3:10", skip="1/3")
+    # equal nodes and links, so the victim (peer 2: stage 2) has work to stall in
+    topology = write_uniform_topology(tmp_path / "uniform.json")
+    summary, _ = run_chaos(tmp_path, "stall:2@iter3:10", 6, "1/3", 4, "--topology", str(topology))
     rows = summary["iterations"]
-    assert_accounted(rows)
+    assert_accounted(rows, per_iteration=2 * 4)
     assert summary["microbatches"]["lost"] == 0
     before = sorted(r["duration_s"] for r in rows[1:3])[0]
     assert max(r["duration_s"] for r in rows[3:]) > 1.5 * before   # it really stalled
