@@ -173,18 +173,33 @@ class StatusView:
                 **{k: getattr(s, k) for k in COUNT_KINDS}}
 
     def _faults(self) -> list[dict]:
-        faults = list(self.events)
-        for s in self.app.summaries[-200:]:
-            hit = {k: getattr(s, k) for k in COUNT_KINDS[1:] if getattr(s, k)}
-            if hit:
-                faults.append({"at": s.finished_at, "kind": "recovered" if not s.lost else "lost",
-                               "peer": None, "text": f"iteration {s.iteration}: " +
-                               ", ".join(f"{k.replace('_', ' ')} {n}" for k, n in hit.items())})
+        """Membership events, re-plans and recoveries, newest last. Consecutive iterations that
+        needed recovery make one entry, so a long partition cannot push the joins and
+        departures out of the list."""
+        faults = list(self.events) + self._recoveries()
         for r in self.app.replans:
             faults.append({"at": r["published_at"], "kind": "replan", "peer": None,
                            "text": f"epoch {r['epoch']} published for {r['peers']} peers, "
                                    f"from iteration {r['start_iteration']}"})
         return sorted(faults, key=lambda f: f["at"])[-100:]
+
+    def _recoveries(self) -> list[dict]:
+        runs: list[list] = []            # [first iteration, last iteration, counts, lost?, at]
+        for s in self.app.summaries[-200:]:
+            hit = {k: getattr(s, k) for k in COUNT_KINDS[1:] if getattr(s, k)}
+            if not hit:
+                continue
+            run = runs[-1] if runs else None
+            if run is not None and run[1] == s.iteration - 1 and run[3] == bool(s.lost):
+                run[1], run[4] = s.iteration, s.finished_at
+                for k, n in hit.items():
+                    run[2][k] = run[2].get(k, 0) + n
+            else:
+                runs.append([s.iteration, s.iteration, hit, bool(s.lost), s.finished_at])
+        return [{"at": at, "kind": "lost" if lost else "recovered", "peer": None,
+                 "text": (f"iteration {first}" if first == last else f"iterations {first}-{last}") + ": "
+                         + ", ".join(f"{k.replace('_', ' ')} {n}" for k, n in counts.items())}
+                for first, last, counts, lost, at in runs]
 
     # -- Prometheus -------------------------------------------------------------------------
     def metrics(self) -> str:

@@ -79,6 +79,21 @@ def test_status_shows_peers_stages_gantt_and_history(app):
     assert any("rerouted 1" in f["text"] for f in s["faults"])
 
 
+def test_a_long_recovery_is_one_entry_and_keeps_membership_events(app):
+    # 150 iterations in a row that needed recovery (a long partition), then one clean one
+    origin, t0 = sorted({r.origin for r in app.schedule.routes})[0], time.time()
+    app.status.events.append({"at": t0, "kind": "departed", "peer": PEERS[2], "text": "gone"})
+    for i in range(2, 152):
+        app.summaries.append(summarize(i, [report(origin, i, t0 + i, 0.5, rerouted=2)]))
+    app.summaries.append(summarize(152, [report(origin, 152, t0 + 152, 0.5, completed=2)]))
+    app.status.events.append({"at": t0 + 153, "kind": "joined", "peer": PEERS[2], "text": "back"})
+    faults = app.status.status()["faults"]
+    assert [f["kind"] for f in faults].count("departed") == 1
+    assert [f["kind"] for f in faults][-1] == "joined"
+    long_runs = [f for f in faults if f["text"].startswith("iterations 2-151")]
+    assert len(long_runs) == 1 and long_runs[0]["text"].endswith("rerouted 300"), faults
+
+
 def test_reachability_from_link_reports_and_addresses(app):
     snap = app.snapshot
     assert reachability(PEERS[1], snap) == {"verdict": "direct", "relayed": False, "public": False, "dialed_by": 1,
