@@ -42,7 +42,10 @@ class Announcer:
     def ttl_s(self) -> float:
         """2 x period, plus the slowest recent or pending store while stores are slow (capped)."""
         pending = [time.monotonic() - t for t in self._in_flight.values()]
-        stretch = min(max([*self._durations, *pending], default=0.0), MAX_STRETCH_S)
+        slowest = max([*self._durations, *pending], default=0.0)
+        # a store under half a period is normal: no stretch, so a dead peer's advert expires
+        # as quickly as ever (the coordinator's re-plan clock starts there)
+        stretch = min(slowest, MAX_STRETCH_S) if slowest > self.period_s / 2 else 0.0
         return 2 * self.period_s + stretch
 
     async def announce_once(self) -> bool:
