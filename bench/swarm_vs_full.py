@@ -7,6 +7,12 @@ emulator) twice on it, same model, data, seed and tokens: once with the full pip
 partition, k = 0) and once with SkipPipe (k = 1/3). The model is tiny, so emulated network
 time dominates compute.
 
+Both iterations carry the same tokens: the planner gives stage 0 N / path-length data nodes
+(2 for the full pipeline, 3 for SkipPipe with 12 nodes and 6 stages), so each strategy gets
+`--microbatches-per-iteration` / its data-node count microbatches per data node (12 in all by
+default). The full pipeline is DT-FM's: its partition gets the same search as SkipPipe's, and
+each microbatch rides its data node's pipeline of replicas (coordinator/planner/pipelines.py).
+
 Defaults, and why: 6 stages, so that k = 1/3 skips 2 of 6 stages (with 5 a path keeps
 ceil(2/3 * 5) = 4 of them: only 1/5 skipped); 12 nodes (2 per stage). Latencies x1.5
 (--latency-scale): here every hop also pays ~60 ms of CPU-bound RPC and task overhead (12
@@ -18,7 +24,8 @@ prediction for the schedule it published (coordinator/planner/steady.py: the sim
 iteration plus its boundary, in steady state, with the local swarm's overheads, on the
 emulated links and the peers' advertised compute), with fidelity = predicted / measured.
 
-  python bench/swarm_vs_full.py [--nodes 12] [--stages 6] [--steps 12] [--latency-scale 1.5] [--topology-seed 2]
+  python bench/swarm_vs_full.py [--nodes 12] [--stages 6] [--steps 12] [--microbatches-per-iteration 12]
+                                [--latency-scale 1.5] [--topology-seed 2]
 Last line: RESULT ratio=<skippipe/full measured> sim_fidelity_full=<..> sim_fidelity_skippipe=<..>
 """
 import argparse
@@ -32,7 +39,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from coordinator.planner.partition import data_node_count
 from coordinator.planner.presets import make_topology
+from coordinator.planner.rules import path_length
 from protocol.topology import topology_to_json
 
 DIM, SEQ_LEN, SAMPLES = 64, 64, 4          # the tiny model, as the swarm runs it
@@ -44,7 +53,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--stages", type=int, default=6)
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--warmup", type=int, default=2, help="first iterations left out of the mean")
-    p.add_argument("--microbatches", type=int, default=4)
+    p.add_argument("--microbatches-per-iteration", type=int, default=12,
+                   help="microbatches in one iteration, for both strategies (a multiple of both data-node counts)")
     p.add_argument("--topology-seed", type=int, default=2)
     p.add_argument("--latency-scale", type=float, default=1.5, help="multiply the preset's latencies (see above)")
     p.add_argument("--timeout", type=float, default=600)
@@ -55,18 +65,29 @@ def parse_args() -> argparse.Namespace:
 
 def write_topology(args, path: Path) -> None:
     topo = make_topology("geo", args.nodes, random.Random(args.topology_seed), stages=args.stages, layers=6,
-                         microbatch_samples=SAMPLES, microbatches=args.microbatches,
+                         microbatch_samples=SAMPLES, microbatches=4,   # the swarm passes its own count
                          activation_bytes=SEQ_LEN * DIM * 4, memory=8)
     lat = tuple(tuple(round(v * args.latency_scale, 3) for v in row) for row in topo.links.latency_ms)
     topo = dataclasses.replace(topo, links=dataclasses.replace(topo.links, latency_ms=lat))
     path.write_text(topology_to_json(topo))
 
 
-def run_swarm(args, topology: Path, folder: Path, strategy: str, skip: str) -> dict:
+def microbatches_per_data_node(args, skip_ratio: float) -> int:
+    """Each strategy's share of --microbatches-per-iteration per data node (same tokens per iteration)."""
+    data_nodes = data_node_count(args.nodes, args.stages, path_length(args.stages, skip_ratio), 0, 0)
+    total = args.microbatches_per_iteration
+    if total % data_nodes:
+        raise SystemExit(f"--microbatches-per-iteration {total} does not split over {data_nodes} data nodes "
+                         f"(k={skip_ratio:.3g}); use a multiple of {data_nodes}")
+    return total // data_nodes
+
+
+def run_swarm(args, topology: Path, folder: Path, strategy: str, skip: str, skip_ratio: float) -> dict:
     summary = folder / f"{strategy}.json"
+    microbatches = microbatches_per_data_node(args, skip_ratio)
     cmd = [sys.executable, "-m", "coordinator.swarm_cli", "--topology", str(topology), "--stages", str(args.stages),
            "--steps", str(args.steps), "--strategy", strategy, "--skip", skip, "--model", "tiny",
-           "--microbatches", str(args.microbatches), "--microbatch-samples", str(SAMPLES),
+           "--microbatches", str(microbatches), "--microbatch-samples", str(SAMPLES),
            "--seq-len", str(SEQ_LEN), "--run", f"geo-{strategy}", "--summary-json", str(summary),
            "--logs-dir", str(folder / f"logs-{strategy}"), "--timeout", str(args.timeout),
            "--log-level", args.log_level,
@@ -80,11 +101,13 @@ def run_swarm(args, topology: Path, folder: Path, strategy: str, skip: str) -> d
     times = [r["duration_s"] for r in data["iterations"][args.warmup:]]
     measured = statistics.mean(times)
     predicted = data["predicted_iteration_s"]
-    print(f"   {strategy}: {len(times)} iterations measured, mean {measured:.3f}s "
+    per_iteration = sum(data["microbatches"].values()) / max(1, data["steps"])
+    print(f"   {strategy}: {len(times)} iterations of {per_iteration:.1f} microbatches measured, mean {measured:.3f}s "
           f"(median {statistics.median(times):.3f}s), simulator {predicted:.3f}s, "
           f"fidelity {predicted / measured:.2f}, lost {data['microbatches']['lost']}, wall {time.monotonic() - t0:.0f}s",
           flush=True)
-    return {"measured": measured, "predicted": predicted, "lost": data["microbatches"]["lost"]}
+    return {"measured": measured, "predicted": predicted, "lost": data["microbatches"]["lost"],
+            "per_iteration": per_iteration}
 
 
 def main() -> int:
@@ -93,8 +116,10 @@ def main() -> int:
     folder.mkdir(parents=True, exist_ok=True)
     topology = folder / "geo.json"
     write_topology(args, topology)
-    full = run_swarm(args, topology, folder, "full", "0")
-    skip = run_swarm(args, topology, folder, "skippipe", "1/3")
+    for ratio in (0.0, 1 / 3):              # fail on a bad --microbatches-per-iteration before any swarm runs
+        microbatches_per_data_node(args, ratio)
+    full = run_swarm(args, topology, folder, "full", "0", 0.0)
+    skip = run_swarm(args, topology, folder, "skippipe", "1/3", 1 / 3)
     ratio = skip["measured"] / full["measured"]
     print(f"SkipPipe / full iteration time: {ratio:.3f} (simulator says "
           f"{skip['predicted'] / full['predicted']:.3f}); target <= 0.6", flush=True)
@@ -104,6 +129,7 @@ def main() -> int:
           f"unmodelled_full_s={full['measured'] - full['predicted']:.3f} "
           f"unmodelled_skippipe_s={skip['measured'] - skip['predicted']:.3f} "
           f"lost={full['lost'] + skip['lost']} nodes={args.nodes} stages={args.stages} "
+          f"microbatches_full={full['per_iteration']:g} microbatches_skippipe={skip['per_iteration']:g} "
           f"latency_scale={args.latency_scale:g}", flush=True)
     return 0
 

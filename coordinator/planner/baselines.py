@@ -1,8 +1,8 @@
 """The paper's baselines, planned on the same partition machinery and simulated the same way.
 
-- `full` (DT-FM): every microbatch visits every stage in increasing order; per stage the
-  least-loaded replica, ties broken by the cheapest link from the previous hop. No per-node
-  order: nodes run first come first served, as DT-FM's runtime does.
+- `full` (DT-FM): every microbatch visits every stage in increasing order, along its data
+  node's pipeline (pipelines.py: chains of replicas built from the cheapest links, balanced
+  over the replicas). No per-node order: nodes run first come first served, as DT-FM's runtime does.
 - `random-skip` (DT-FM skip): the same path length as SkipPipe, a random set of stages visited
   in increasing order (resampled until it obeys the jump rule), a random replica per stage, no
   collision awareness and no stage balancing.
@@ -11,6 +11,7 @@ import random
 
 from coordinator.planner.config import PlannerConfig, PlanningError
 from coordinator.planner.costs import CostModel
+from coordinator.planner.pipelines import pipeline_chains
 from coordinator.planner.rules import SeqState, step
 
 Path = tuple[int, tuple[int, ...], tuple[int, ...]]       # (microbatch id, stages, node indices)
@@ -22,16 +23,10 @@ def _members(stage_of: list[int], num_stages: int) -> list[list[int]]:
 
 def full_paths(cost: CostModel, stage_of: list[int], microbatches: list[tuple[int, int]]) -> list[Path]:
     """`microbatches`: (id, origin node index) in planning order."""
-    s = len(cost.layers)
-    members, load, out = _members(stage_of, s), [0] * cost.num_nodes, []
-    for mb, origin in microbatches:
-        nodes = [origin]
-        for st in range(1, s):
-            n = min(members[st], key=lambda x: (load[x], cost.xfer_list[nodes[-1]][x], x))
-            load[n] += 1
-            nodes.append(n)
-        out.append((mb, tuple(range(s)), tuple(nodes)))
-    return out
+    s, x = len(cost.layers), cost.xfer_list
+    round_trip = [[x[a][b] + x[b][a] for b in range(cost.num_nodes)] for a in range(cost.num_nodes)]
+    chains = pipeline_chains(stage_of, s, round_trip, [origin for _, origin in microbatches])
+    return [(mb, tuple(range(s)), tuple(chain)) for (mb, _), chain in zip(microbatches, chains)]
 
 
 def random_stages(num_stages: int, length: int, cfg: PlannerConfig, rng: random.Random) -> tuple[int, ...]:

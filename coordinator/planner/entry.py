@@ -85,6 +85,30 @@ def _skippipe(topology, config, cost, stage_of, length, rng, seed) -> Schedule:
     return best
 
 
+def _relabelled(stage_of: list[int], num_stages: int) -> list[list[int]]:
+    """`stage_of` and its variants with the smallest stage >= 1 swapped with each other stage."""
+    counts = [stage_of.count(st) for st in range(num_stages)]
+    small = min(range(1, num_stages), key=lambda st: (counts[st], st))
+    out = [stage_of]
+    for other in range(1, num_stages):
+        if other != small:
+            swap = {small: other, other: small}
+            out.append([swap.get(st, st) for st in stage_of])
+    return out
+
+
+def _best_labels(topology, config, cost, stage_of, length, rng, seed) -> list[int]:
+    """The partition score cannot tell stages >= 1 apart, but the path rules (bounded jumps and
+    swaps) can: screen the relabellings with one path-planning pass each."""
+    quick = dataclasses.replace(config, planner=dataclasses.replace(config.planner, restarts=0))
+    variants = _relabelled(stage_of, topology.workload.num_stages)
+    if len(variants) == 1:
+        return stage_of
+    scored = [(_skippipe(topology, quick, cost, v, length, rng, seed).predicted_iteration_s, i)
+              for i, v in enumerate(variants)]
+    return variants[min(scored)[1]]
+
+
 def plan(topology: Topology, config: PlanConfig | None = None, rng_or_seed=0) -> Schedule:
     """Plan one iteration for `topology`; deterministic for an int seed. Raises PlanningError."""
     config = config or PlanConfig()
@@ -95,16 +119,26 @@ def plan(topology: Topology, config: PlanConfig | None = None, rng_or_seed=0) ->
     length = path_length(w.num_stages, config.skip_ratio)
     pinned0 = sum(1 for n in topology.nodes if n.stage == 0)
     d = data_node_count(len(topology.nodes), w.num_stages, length, pinned0, cfg.data_nodes)
+    # Every strategy gets the same search: several annealed partitions, each planned and
+    # simulated; the best schedule wins (a baseline searched less would flatter SkipPipe).
     if config.strategy == "skippipe":
-        # Several annealed partitions, each path-planned and simulated; the best schedule wins.
-        tries = [_skippipe(topology, config, cost, partition(cost, length, d, cfg.partition_iters, rng),
-                           length, rng, seed) for _ in range(max(1, cfg.partitions))]
-        return min(tries, key=lambda sc: sc.predicted_iteration_s)
-    stage_of = partition(cost, w.num_stages, d, cfg.partition_iters, rng)   # DT-FM: full-pipeline partition
-    mbs = _microbatches(stage_of, w.microbatches_per_data_node, None)
+        def one():
+            stage_of = _best_labels(topology, config, cost, partition(cost, length, d, cfg.partition_iters, rng),
+                                    length, rng, seed)
+            return _skippipe(topology, config, cost, stage_of, length, rng, seed)
+    else:
+        def one():
+            return _baseline(topology, config, cost, partition(cost, w.num_stages, d, cfg.partition_iters, rng,
+                                                               pipelines=config.strategy == "full"), length, rng, seed)
+    return min((one() for _ in range(max(1, cfg.partitions))), key=lambda sc: sc.predicted_iteration_s)
+
+
+def _baseline(topology, config, cost, stage_of, length, rng, seed) -> Schedule:
+    """`full` (DT-FM pipelines on its own partition) or `random-skip`."""
+    mbs = _microbatches(stage_of, topology.workload.microbatches_per_data_node, None)
     if config.strategy == "full":
         paths, k = full_paths(cost, stage_of, mbs), 0.0
     else:
-        paths, k = random_skip_paths(cost, stage_of, length, cfg, mbs, rng), config.skip_ratio
+        paths, k = random_skip_paths(cost, stage_of, length, config.planner, mbs, rng), config.skip_ratio
     sched = _schedule(topology, config, stage_of, paths, {}, k, seed)
     return _with_prediction(sched, topology, cost)[0]

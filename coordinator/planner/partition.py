@@ -5,7 +5,9 @@ stages, or move a replica between stages >= 1) over a vectorised analytic estima
 iteration time; the estimate is a max of lower bounds:
 - per origin o: its microbatches' round trips, M / m_o waves of
   (stage-0 work + share x sum over stages of the cheapest "o -> replica -> o" detour),
-  which rewards partitions that put a replica of every stage near every data node;
+  which rewards partitions that put a replica of every stage near every data node; for the
+  full pipeline (`pipelines`) the round trip along o's own chain (pipelines.py) instead,
+  since there a hop's cost is the link from the previous stage's replica, not from o;
 - per origin: its own compute M x (F0 + head + B0);
 - per stage: the stage's microbatch visits / the summed speed of its replicas;
 plus the replica averaging of each stage. Pinned nodes (Node.stage >= 0) never move; stage 0
@@ -18,6 +20,7 @@ import numpy as np
 
 from coordinator.planner.config import PlanningError
 from coordinator.planner.costs import CostModel
+from coordinator.planner.pipelines import pipeline_chains
 
 
 def data_node_count(num_nodes: int, num_stages: int, length: int, pinned0: int, requested: int) -> int:
@@ -33,12 +36,13 @@ def data_node_count(num_nodes: int, num_stages: int, length: int, pinned0: int, 
 
 
 class PartitionScore:
-    def __init__(self, cost: CostModel, length: int, microbatches: int):
-        self.c, self.m = cost, microbatches
+    def __init__(self, cost: CostModel, length: int, microbatches: int, pipelines: bool = False):
+        self.c, self.m, self.pipelines = cost, microbatches, pipelines
         s = len(cost.layers)
         self.share = (length - 1) / max(1, s - 1)
         self.fb = cost.fwd + cost.bwd                                  # [node, stage]
         self.round = cost.xfer + cost.xfer.T                           # there and back
+        self.round_list = self.round.tolist()
         self.stage0 = cost.fwd[:, 0] + cost.bwd[:, 0] + cost.head
         self.waves = np.array([math.ceil(microbatches / m) for m in cost.memory], dtype=float)
 
@@ -46,19 +50,32 @@ class PartitionScore:
         c, s = self.c, len(self.c.layers)
         origins = np.flatnonzero(stage_of == 0)
         own = self.fb[np.arange(len(stage_of)), stage_of]              # node's work on its stage
-        detour = self.round[origins] + own[None, :]
-        trip = self.stage0[origins].copy()
+        trip = self.stage0[origins] + (self._chains(stage_of, origins, own) if self.pipelines else
+                                       self._detours(stage_of, origins, own))
         bound = float(self.m * self.stage0[origins].max())
         visits = len(origins) * self.m * self.share
-        avg = 0.0
+        avg = c.averaging(0, origins.tolist())
         for st in range(1, s):
             members = np.flatnonzero(stage_of == st)
-            trip += self.share * detour[:, members].min(axis=1)
             bound = max(bound, visits / float((1.0 / own[members]).sum()))
             avg = max(avg, c.averaging(st, members.tolist()))
-        avg = max(avg, c.averaging(0, origins.tolist()))
         waves = trip * self.waves[origins]
         return max(bound, float(waves.max())) + 0.1 * float(waves.mean()) + avg
+
+    def _detours(self, stage_of: np.ndarray, origins: np.ndarray, own: np.ndarray) -> np.ndarray:
+        detour = self.round[origins] + own[None, :]
+        return sum(self.share * detour[:, stage_of == st].min(axis=1) for st in range(1, len(self.c.layers)))
+
+    def _chains(self, stage_of: np.ndarray, origins: np.ndarray, own: np.ndarray) -> np.ndarray:
+        """Per origin: its slowest microbatch's round trip along its pipeline (pipelines.py)."""
+        slots = [int(o) for o in origins for _ in range(self.m)]
+        chains = pipeline_chains(stage_of.tolist(), len(self.c.layers), self.round_list, slots)
+        trip = dict.fromkeys(slots, 0.0)
+        for chain in chains:
+            hops = zip(chain, chain[1:] + chain[:1])
+            t = sum(self.round_list[a][b] for a, b in hops) + float(own[chain[1:]].sum())
+            trip[chain[0]] = max(trip[chain[0]], t)
+        return np.array([trip[int(o)] for o in origins])
 
 
 def _initial(n: int, s: int, d: int, pinned: list[int], rng: random.Random) -> np.ndarray:
@@ -90,8 +107,9 @@ def _neighbour(stage_of: np.ndarray, free: list[int], s: int, rng: random.Random
     return None if new[a] == stage_of[a] else new
 
 
-def partition(cost: CostModel, length: int, data_nodes: int, iters: int, rng: random.Random) -> list[int]:
-    """Stage index per node (topology order)."""
+def partition(cost: CostModel, length: int, data_nodes: int, iters: int, rng: random.Random,
+              pipelines: bool = False) -> list[int]:
+    """Stage index per node (topology order); `pipelines`: score the full pipeline's chains."""
     topo = cost.topology
     n, s = cost.num_nodes, len(cost.layers)
     if n < s:
@@ -99,7 +117,7 @@ def partition(cost: CostModel, length: int, data_nodes: int, iters: int, rng: ra
     pinned = [node.stage for node in topo.nodes]
     if sum(1 for p in pinned if p == 0) > data_nodes:
         raise PlanningError("more nodes are pinned to stage 0 than there are data nodes")
-    score = PartitionScore(cost, length, topo.workload.microbatches_per_data_node)
+    score = PartitionScore(cost, length, topo.workload.microbatches_per_data_node, pipelines)
     free = [i for i in range(n) if pinned[i] < 0]
     best, best_score = None, math.inf
     iters = iters or max(400, min(4000, 60000 // max(1, n)))

@@ -21,7 +21,7 @@ def test_full_visits_every_stage_in_order_and_spreads_replicas():
         for h in r.hops[1:]:
             load[h.peer] = load.get(h.peer, 0) + 1
     stage_of = s.stage_of()
-    for st in range(1, 6):   # least-loaded choice: replicas of a stage differ by at most one
+    for st in range(1, 6):   # the pipelines spread over the replicas: loads differ by at most one
         counts = [load.get(p, 0) for p, x in stage_of.items() if x == st]
         assert max(counts) - min(counts) <= 1
     assert s.predicted_iteration_s == predict(s, t).iteration_s > 0
