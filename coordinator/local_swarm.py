@@ -31,6 +31,20 @@ def start_peer(args: list[str], log_path: Path, env: dict | None = None) -> subp
         log.close()
 
 
+def benchmark_once(model: str, samples: int, seq_len: int, timeout_s: float = 300) -> str:
+    """Measure the layer benchmark afresh in one process (peer/benchmark_cli.py), before the
+    peers start and read it from their cache; returns its line, or why it failed (then the
+    peers measure, or use, what they have)."""
+    cmd = [sys.executable, "-m", "peer.benchmark_cli", "--model", model, "--samples", str(samples),
+           "--seq-len", str(seq_len)]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return f"the layer benchmark took over {timeout_s:.0f}s; the peers use their cached one"
+    out = (done.stdout or done.stderr).strip().splitlines()
+    return out[-1] if out else f"the layer benchmark exited {done.returncode}"
+
+
 def stop_processes(processes: list[subprocess.Popen], grace_s: float = 10.0) -> None:
     """SIGTERM each process group, wait up to `grace_s`, then SIGKILL what is left."""
     for p in processes:

@@ -21,7 +21,7 @@ from coordinator.chaos_spec import ChaosSpecError, parse_chaos
 from coordinator.config import CoordinatorConfig
 from coordinator.emulated_topology import assign_nodes, with_emulated_links
 from coordinator.planner.costs import LOCAL_SWARM_OVERHEADS
-from coordinator.local_swarm import start_peer, stop_processes
+from coordinator.local_swarm import benchmark_once, start_peer, stop_processes
 from coordinator.progress import IterationSummary
 
 logger = logging.getLogger("skippipe.swarm")
@@ -163,6 +163,8 @@ async def run_swarm(args) -> int:
         emulated, node_map, map_path = assign_nodes(args.topology_data, logs / "emulation")
         app.adjust_topology = lambda t: with_emulated_links(t, args.topology_data, node_map)
         print(f"emulating {args.topology} ({len(emulated)} nodes) on the peers' links", flush=True)
+        if not args.chaos:   # the planner's compute figures: measured once on a quiet box (peer/benchmark_cli.py)
+            print(await asyncio.to_thread(benchmark_once, args.model, args.microbatch_samples, args.seq_len), flush=True)
     coordinator = asyncio.create_task(app.run())
     peers = []
     started = time.monotonic()

@@ -9,7 +9,7 @@ from protocol.logsetup import add_logging_flags, setup_logging
 from protocol.settings import add_config_flag, apply_settings, port_or_off
 
 from peer.chaos import FaultSpecError, parse_faults
-from peer.config import STAGE_AUTO, PeerConfig
+from peer.config import DEFAULT_CACHE_DIR, STAGE_AUTO, PeerConfig
 
 WIRE_CHOICES = ("auto", "float32", "bfloat16", "float16")   # = peer.compute.precision's (no torch here)
 
@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--announce-maddrs", nargs="+", default=[], metavar="MADDR",
                    help="public addresses to advertise, if behind NAT with a forwarded port")
     p.add_argument("--data", type=Path, help="text file or folder of .txt files (default: embedded corpus)")
-    p.add_argument("--cache-dir", type=Path, default=Path.home() / ".cache" / "skippipe",
+    p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR,
                    help="where benchmark results are cached (default: ~/.cache/skippipe)")
     p.add_argument("--checkpoint-dir", type=Path, help="save this stage's state here each iteration and resume from it")
     p.add_argument("--max-activations", type=positive_int, default=8, metavar="N",

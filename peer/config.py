@@ -1,8 +1,9 @@
 """Typed configuration of one volunteer peer (filled from CLI flags by peer/cli.py)."""
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 STAGE_AUTO = -1
+DEFAULT_CACHE_DIR = Path.home() / ".cache" / "skippipe"   # layer benchmarks (peer/hardware.py)
 
 
 @dataclass(frozen=True)
@@ -16,7 +17,7 @@ class PeerConfig:
     host_maddrs: tuple[str, ...] = ("/ip4/0.0.0.0/tcp/0",)
     announce_maddrs: tuple[str, ...] = ()
     data: Path | None = None                  # None: the embedded corpus
-    cache_dir: Path = field(default_factory=lambda: Path.home() / ".cache" / "skippipe")
+    cache_dir: Path = DEFAULT_CACHE_DIR
     checkpoint_dir: Path | None = None
     announce_period_s: float = 1.5            # adverts expire after 2 x this: death seen in ~3 s
     max_activations: int = 8                  # microbatches held for backward at once

@@ -85,30 +85,6 @@ def _skippipe(topology, config, cost, stage_of, length, rng, seed) -> Schedule:
     return best
 
 
-def _relabelled(stage_of: list[int], num_stages: int) -> list[list[int]]:
-    """`stage_of` and its variants with the smallest stage >= 1 swapped with each other stage."""
-    counts = [stage_of.count(st) for st in range(num_stages)]
-    small = min(range(1, num_stages), key=lambda st: (counts[st], st))
-    out = [stage_of]
-    for other in range(1, num_stages):
-        if other != small:
-            swap = {small: other, other: small}
-            out.append([swap.get(st, st) for st in stage_of])
-    return out
-
-
-def _best_labels(topology, config, cost, stage_of, length, rng, seed) -> list[int]:
-    """The partition score cannot tell stages >= 1 apart, but the path rules (bounded jumps and
-    swaps) can: screen the relabellings with one path-planning pass each."""
-    quick = dataclasses.replace(config, planner=dataclasses.replace(config.planner, restarts=0))
-    variants = _relabelled(stage_of, topology.workload.num_stages)
-    if len(variants) == 1:
-        return stage_of
-    scored = [(_skippipe(topology, quick, cost, v, length, rng, seed).predicted_iteration_s, i)
-              for i, v in enumerate(variants)]
-    return variants[min(scored)[1]]
-
-
 def plan(topology: Topology, config: PlanConfig | None = None, rng_or_seed=0) -> Schedule:
     """Plan one iteration for `topology`; deterministic for an int seed. Raises PlanningError."""
     config = config or PlanConfig()
@@ -123,9 +99,8 @@ def plan(topology: Topology, config: PlanConfig | None = None, rng_or_seed=0) ->
     # simulated; the best schedule wins (a baseline searched less would flatter SkipPipe).
     if config.strategy == "skippipe":
         def one():
-            stage_of = _best_labels(topology, config, cost, partition(cost, length, d, cfg.partition_iters, rng),
-                                    length, rng, seed)
-            return _skippipe(topology, config, cost, stage_of, length, rng, seed)
+            return _skippipe(topology, config, cost, partition(cost, length, d, cfg.partition_iters, rng),
+                             length, rng, seed)
     else:
         def one():
             return _baseline(topology, config, cost, partition(cost, w.num_stages, d, cfg.partition_iters, rng,

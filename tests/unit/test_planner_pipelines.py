@@ -2,7 +2,6 @@
 import random
 
 from coordinator.planner import PlanConfig, PlannerConfig, plan
-from coordinator.planner.entry import _relabelled
 from coordinator.planner.pipelines import pipeline_chains
 from coordinator.planner.presets import make_topology
 
@@ -60,13 +59,3 @@ def test_the_full_pipeline_gets_the_same_partition_search_as_skippipe():
         replicas = [p for p, x in stage_of.items() if x == st]
         assert max(load.get(p, 0) for p in replicas) <= -(-len(three.routes) // len(replicas))
         assert min(load.get(p, 0) for p in replicas) > 0
-
-
-def test_relabelling_swaps_the_smallest_stage_with_each_other_stage():
-    stage_of = [0, 0, 1, 1, 2, 3, 3, 4, 4]
-    variants = _relabelled(stage_of, 5)
-    assert variants[0] == stage_of and len(variants) == 4
-    for v in variants:
-        assert [x for x, s in zip(v, stage_of) if s == 0] == [0, 0]          # stage 0 stays put
-        assert sorted(v.count(st) for st in range(1, 5)) == [1, 2, 2, 2]
-    assert sorted(next(st for st in range(1, 5) if v.count(st) == 1) for v in variants) == [1, 2, 3, 4]
