@@ -61,9 +61,12 @@ def test_kill_a_middle_stage_peer(tmp_path, when):
 
 
 def test_a_stalled_peer_slows_but_does_not_break_training(tmp_path):
-    # equal nodes and links, so the victim (peer 2: stage 2) has work to stall in
+    # equal nodes and links, so the victim (peer 2: stage 2) has work to stall in; microbatches
+    # of 16 x 128 tokens, so that its compute (x10) outweighs the ~0.2 s an iteration of tiny
+    # 4 x 64 microbatches spends in RPC overheads (with those a stall once added only 20%)
     topology = write_uniform_topology(tmp_path / "uniform.json")
-    summary, _ = run_chaos(tmp_path, "stall:2@iter3:10", 6, "1/3", 4, "--topology", str(topology))
+    summary, _ = run_chaos(tmp_path, "stall:2@iter3:10", 6, "1/3", 4, "--topology", str(topology),
+                           "--microbatch-samples", "16", "--seq-len", "128")
     rows = summary["iterations"]
     assert_accounted(rows, per_iteration=2 * 4)
     assert summary["microbatches"]["lost"] == 0
