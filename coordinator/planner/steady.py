@@ -41,6 +41,7 @@ class Prediction:
     start_s: dict[str, float]      # per node, when the last round let it start
     boundary: Boundary
     sim: SimResult                 # the last round
+    memory_overflows: int = 0      # the most forwards over a node's memory in any round
 
 
 def boundary(schedule: Schedule, sim: SimResult, cost: CostModel, start: dict[str, float]) -> Boundary:
@@ -82,8 +83,10 @@ def predict(schedule: Schedule, topology: Topology, cost: CostModel | None = Non
     ov = cost.overheads
     start: dict[str, float] = {}
     times: list[float] = []
+    overflows = 0
     for k in range(1, max(1, rounds) + 1):
         sim = simulate(schedule, topology, cost, available=start)
+        overflows = max(overflows, sim.memory_overflows)
         b = boundary(schedule, sim, cost, start)
         times.append(_measured(start, b, origins) if origins else sim.iteration_time_s)
         nxt = {p: t + (ov.origin_gap_s if stage_of[p] == 0 else ov.peer_gap_s) for p, t in b.end_s.items()}
@@ -94,4 +97,4 @@ def predict(schedule: Schedule, topology: Topology, cost: CostModel | None = Non
         start = nxt
     # not settled: nodes may alternate between early and late, so average the last two rounds
     steady = times[-1] if len(times) < 3 or abs(times[-1] - times[-2]) < SETTLED_S else (times[-1] + times[-2]) / 2
-    return Prediction(steady, times[0], k, dict(start), b, sim)
+    return Prediction(steady, times[0], k, dict(start), b, sim, overflows)
