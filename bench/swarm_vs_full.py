@@ -82,9 +82,8 @@ def microbatches_per_data_node(args, skip_ratio: float) -> int:
     return total // data_nodes
 
 
-def run_swarm(args, topology: Path, folder: Path, strategy: str, skip: str, skip_ratio: float) -> dict:
+def run_swarm(args, topology: Path, folder: Path, strategy: str, skip: str, microbatches: int) -> dict:
     summary = folder / f"{strategy}.json"
-    microbatches = microbatches_per_data_node(args, skip_ratio)
     cmd = [sys.executable, "-m", "coordinator.swarm_cli", "--topology", str(topology), "--stages", str(args.stages),
            "--steps", str(args.steps), "--strategy", strategy, "--skip", skip, "--model", "tiny",
            "--microbatches", str(microbatches), "--microbatch-samples", str(SAMPLES),
@@ -116,10 +115,10 @@ def main() -> int:
     folder.mkdir(parents=True, exist_ok=True)
     topology = folder / "geo.json"
     write_topology(args, topology)
-    for ratio in (0.0, 1 / 3):              # fail on a bad --microbatches-per-iteration before any swarm runs
-        microbatches_per_data_node(args, ratio)
-    full = run_swarm(args, topology, folder, "full", "0", 0.0)
-    skip = run_swarm(args, topology, folder, "skippipe", "1/3", 1 / 3)
+    # both counts first: a bad --microbatches-per-iteration fails before any swarm runs
+    per_full, per_skip = (microbatches_per_data_node(args, k) for k in (0.0, 1 / 3))
+    full = run_swarm(args, topology, folder, "full", "0", per_full)
+    skip = run_swarm(args, topology, folder, "skippipe", "1/3", per_skip)
     ratio = skip["measured"] / full["measured"]
     print(f"SkipPipe / full iteration time: {ratio:.3f} (simulator says "
           f"{skip['predicted'] / full['predicted']:.3f}); target <= 0.6", flush=True)

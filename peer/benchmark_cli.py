@@ -37,10 +37,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"peer.benchmark_cli: error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2
     torch.set_num_threads(args.threads)
-    seq_len = min(args.seq_len or 128, model.max_seq_len)
+    seq_len = min(args.seq_len, model.max_seq_len) if args.seq_len else None   # as the peer clamps it
     bench = hardware.benchmark_layer(model, args.device, samples=args.samples, seq_len=seq_len,
                                      cache_dir=args.cache_dir, use_cache=False)
-    print(f"layer benchmark ({model.name}, {bench.device}, {args.samples}x{seq_len}): forward "
+    print(f"layer benchmark ({model.name}, {bench.device}, {bench.samples}x{bench.seq_len}): forward "
           f"{1000 * bench.fwd_s_per_layer_sample:.3f} ms, backward {1000 * bench.bwd_s_per_layer_sample:.3f} ms "
           f"per layer and sample; cached in {args.cache_dir}", flush=True)
     return 0

@@ -79,6 +79,8 @@ class CostModel:
         np.fill_diagonal(self.hop, 0.0)
         self.xfer = lat + self.bytes / bw + self.hop     # activation or gradient, a -> b
         self.xfer_list = self.xfer.tolist()              # plain floats: faster in inner loops
+        self.round_trip = self.xfer + self.xfer.T         # activation there, gradient back
+        self.round_trip_list = self.round_trip.tolist()
         self.fwd_list = self.fwd.tolist()
         self.bwd_list = self.bwd.tolist()
         self.head_list = self.head.tolist()

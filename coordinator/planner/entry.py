@@ -66,7 +66,7 @@ def _with_prediction(schedule: Schedule, topology: Topology, cost: CostModel) ->
 
 def _skippipe(topology, config, cost, stage_of, length, rng, seed) -> Schedule:
     cfg, m = config.planner, topology.workload.microbatches_per_data_node
-    best, best_key = None, (True, float("inf"))
+    best, best_key = None, (True, float("inf"))       # (overflows memory, predicted s)
     for attempt in range(cfg.restarts + 1):
         mbs = _microbatches(stage_of, m, rng if attempt else None)
         planner = PathPlanner(cost, stage_of, length, cfg, len(mbs))
@@ -82,9 +82,9 @@ def _skippipe(topology, config, cost, stage_of, length, rng, seed) -> Schedule:
             sched, t, overflows = _with_prediction(_schedule(topology, config, stage_of, paths, tasks,
                                                              config.skip_ratio, seed), topology, cost)
             # FIFO can be faster on paper by holding more activations than a node has room for
-            key = (cfg.memory_limit and overflows > 0, t)
-            if key[0] < best_key[0] or (key[0] == best_key[0] and t < best_key[1] - 1e-9):
-                best, best_key = sched, key
+            over = cfg.memory_limit and overflows > 0
+            if (over, t) < (best_key[0], best_key[1] - 1e-9):
+                best, best_key = sched, (over, t)
     return best
 
 
@@ -100,14 +100,12 @@ def plan(topology: Topology, config: PlanConfig | None = None, rng_or_seed=0) ->
     d = data_node_count(len(topology.nodes), w.num_stages, length, pinned0, cfg.data_nodes)
     # Every strategy gets the same search: several annealed partitions, each planned and
     # simulated; the best schedule wins (a baseline searched less would flatter SkipPipe).
-    if config.strategy == "skippipe":
-        def one():
+    def one() -> Schedule:
+        if config.strategy == "skippipe":
             return _skippipe(topology, config, cost, partition(cost, length, d, cfg.partition_iters, rng),
                              length, rng, seed)
-    else:
-        def one():
-            return _baseline(topology, config, cost, partition(cost, w.num_stages, d, cfg.partition_iters, rng,
-                                                               pipelines=config.strategy == "full"), length, rng, seed)
+        stage_of = partition(cost, w.num_stages, d, cfg.partition_iters, rng, pipelines=config.strategy == "full")
+        return _baseline(topology, config, cost, stage_of, length, rng, seed)
     return min((one() for _ in range(max(1, cfg.partitions))), key=lambda sc: sc.predicted_iteration_s)
 
 

@@ -41,8 +41,6 @@ class PartitionScore:
         s = len(cost.layers)
         self.share = (length - 1) / max(1, s - 1)
         self.fb = cost.fwd + cost.bwd                                  # [node, stage]
-        self.round = cost.xfer + cost.xfer.T                           # there and back
-        self.round_list = self.round.tolist()
         self.stage0 = cost.fwd[:, 0] + cost.bwd[:, 0] + cost.head
         self.waves = np.array([math.ceil(microbatches / m) for m in cost.memory], dtype=float)
 
@@ -63,17 +61,18 @@ class PartitionScore:
         return max(bound, float(waves.max())) + 0.1 * float(waves.mean()) + avg
 
     def _detours(self, stage_of: np.ndarray, origins: np.ndarray, own: np.ndarray) -> np.ndarray:
-        detour = self.round[origins] + own[None, :]
+        detour = self.c.round_trip[origins] + own[None, :]
         return sum(self.share * detour[:, stage_of == st].min(axis=1) for st in range(1, len(self.c.layers)))
 
     def _chains(self, stage_of: np.ndarray, origins: np.ndarray, own: np.ndarray) -> np.ndarray:
         """Per origin: its slowest microbatch's round trip along its pipeline (pipelines.py)."""
         slots = [int(o) for o in origins for _ in range(self.m)]
-        chains = pipeline_chains(stage_of.tolist(), len(self.c.layers), self.round_list, slots)
+        rt = self.c.round_trip_list
+        chains = pipeline_chains(stage_of.tolist(), len(self.c.layers), rt, slots)
         trip = dict.fromkeys(slots, 0.0)
         for chain in chains:
             hops = zip(chain, chain[1:] + chain[:1])
-            t = sum(self.round_list[a][b] for a, b in hops) + float(own[chain[1:]].sum())
+            t = sum(rt[a][b] for a, b in hops) + float(own[chain[1:]].sum())
             trip[chain[0]] = max(trip[chain[0]], t)
         return np.array([trip[int(o)] for o in origins])
 
