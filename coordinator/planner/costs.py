@@ -7,9 +7,9 @@
 - transfer a -> b: latency + activation_bytes_per_sample * microbatch_samples / bandwidth
   (+ overheads.hop_s; the same bytes for the activation going forward and its gradient back)
 - replica averaging of a stage: every replica sends its gradients (param_bytes of the stage)
-  to every other one directly and waits for the acks (peer/pipeline/averaging.py): the
-  slowest pair's bytes / bandwidth + latency there and back (+ hop_s); zero for one replica or
-  param_bytes_per_layer=0.
+  to every other one directly and steps once it has all the others' (it does not wait for the
+  acks of its own, peer/pipeline/averaging.py): the slowest pair's bytes / bandwidth + latency
+  (+ hop_s); zero for one replica or param_bytes_per_layer=0.
 - the iteration boundary (coordinator/planner/steady.py): IterationDone notices, the shares
   above, the optimizer step (overheads.step_s_per_param) and the gap between iterations.
 
@@ -105,11 +105,10 @@ class CostModel:
 
     def averaging(self, stage: int, replicas: list[int]) -> float:
         """Gradient exchange among `replicas` (node indices) that all start together: the
-        slowest share there plus its ack back (the sender waits for it)."""
+        slowest share to arrive."""
         if len(replicas) <= 1 or self.stage_param_bytes(stage) == 0:
             return 0.0
-        return max(self.share(stage, a, b) + float(self.latency[b, a])
-                   for a in replicas for b in replicas if a != b)
+        return max(self.share(stage, a, b) for a in replicas for b in replicas if a != b)
 
     def step(self, stage: int) -> float:
         """Optimizer step of one replica of `stage`."""

@@ -6,7 +6,8 @@ iteration also has a boundary, and the next iteration starts while parts of it s
 - an origin (stage-0 peer) is done when its last microbatch's backward ends; it then sends
   IterationDone to every peer; another peer is done once it has all origins' notices;
 - every done peer sends its gradients to the other replicas of its stage and waits for their
-  acks and their shares (CostModel.share / averaging), then steps the optimizer (CostModel.step);
+  shares (CostModel.share / averaging; not for the acks of its own), then steps the optimizer
+  (CostModel.step);
 - before the next iteration each peer reads the schedule, an origin also reports progress
   (Overheads.origin_gap_s, peer_gap_s); then it starts: an origin its forwards, another peer
   the work that has come in meanwhile. So a peer that ends its boundary late (far replicas,
@@ -29,7 +30,7 @@ SETTLED_S = 1e-4        # start offsets that move less than this have settled
 @dataclass(frozen=True)
 class Boundary:
     done_s: dict[str, float]       # end of the node's work, incl. (non-origins) all IterationDone notices
-    exchanged_s: dict[str, float]  # gradients sent, acked and received from every replica
+    exchanged_s: dict[str, float]  # every other replica's gradients received
     end_s: dict[str, float]        # after the optimizer step
 
 
@@ -62,9 +63,7 @@ def boundary(schedule: Schedule, sim: SimResult, cost: CostModel, start: dict[st
         others = [cost.index[r] for r in idx if r != p and stage_of[r] == s]
         t = done[p]
         if others and cost.stage_param_bytes(s) > 0:
-            acked = max(cost.share(s, i, j) + float(lat[j, i]) for j in others)
-            got = max(done[cost.topology.node_ids[j]] + cost.share(s, j, i) for j in others)
-            t = max(done[p] + acked, got)
+            t = max(t, *(done[cost.topology.node_ids[j]] + cost.share(s, j, i) for j in others))
         exchanged[p] = t
         end[p] = t + cost.step(s) if s < len(cost.layers) else t
     return Boundary(done, exchanged, end)

@@ -3,11 +3,20 @@ the others; every replica adds all contributions in peer-id order, so all end bi
 
 Normalisation is by the total samples that reached the stage (not by the replica count).
 A replica that does not answer in time is left out of this iteration, and logged.
+
+A replica steps once it holds every other replica's share; it does not wait for the acks of
+its own (ShareDeliveries sends them in the background). The ack would not make replicas agree
+when a share is lost: with two replicas, whoever misses the other's share averages alone either
+way, and with more, leaving out a peer because our share to it failed only adds a third view.
+Dropping it takes one link latency per iteration off the critical path (the farthest replica's
+ack). A share that is refused (a replica sitting out a partition) still ends the wait for that
+replica's share, as before, and a replica that looks dead is waited for only while our share
+to it is still on its way (Outbound.gone).
 """
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Callable
+from typing import Awaitable, Callable
 
 import torch
 
@@ -44,6 +53,11 @@ class ShareBox:
         async with self._changed:
             box = self._shares.setdefault((share.iteration, share.stage), {})
             box[sender] = Contribution(vector, share.samples, share.loss_sum)
+            self._changed.notify_all()
+
+    async def wake(self) -> None:
+        """Make waiting collect() calls re-evaluate `gone` now."""
+        async with self._changed:
             self._changed.notify_all()
 
     async def collect(self, iteration: int, stage: int, senders: set[str], timeout: float,
@@ -84,3 +98,57 @@ def combine(contributions: dict[str, Contribution], expected: list[str]) -> Aver
         vector=total, samples=sum(c.samples for c in contributions.values()),
         loss_sum=sum(contributions[p].loss_sum for p in peers), peers=peers,
         missing=tuple(p for p in expected if p not in contributions))
+
+
+class Outbound:
+    """Where our share to each replica stands: pending, delivered or refused."""
+
+    def __init__(self, peers: list[str]):
+        self.state = {p: "pending" for p in peers}
+
+    def gone(self, peer: str, suspect: bool) -> bool:
+        """Stop waiting for `peer`'s share? When it refused ours, or it looks dead after it took
+        ours: while our share is pending, its delivery settles that (a delivery clears a
+        suspicion, a failed one to a suspect peer ends in a refusal)."""
+        state = self.state.get(peer, "delivered")
+        return state == "refused" or (state == "delivered" and suspect)
+
+
+class ShareDeliveries:
+    """Our gradient shares on their way to the other replicas, each delivered (with retries) in
+    the background by `send(peer, share) -> delivered?`."""
+
+    def __init__(self, send: Callable[[str, GradientShare], Awaitable[bool]], box: ShareBox):
+        self.send, self.box = send, box
+        self._pending: set[asyncio.Task] = set()
+
+    def start(self, peers: list[str], share: GradientShare) -> Outbound:
+        out = Outbound(peers)
+        for peer in peers:
+            task = asyncio.create_task(self._deliver(peer, share, out))
+            self._pending.add(task)
+            task.add_done_callback(self._pending.discard)
+        return out
+
+    async def _deliver(self, peer: str, share: GradientShare, out: Outbound) -> None:
+        try:
+            delivered = await self.send(peer, share)
+        except Exception:   # a bug, not the network: do not leave the replica waiting on us
+            logger.exception("delivering gradient share %d to %s failed", share.iteration, peer[:12])
+            delivered = False
+        out.state[peer] = "delivered" if delivered else "refused"
+        await self.box.wake()
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    async def flush(self, timeout: float) -> None:
+        """Wait (at most `timeout`) until every share is delivered or given up: before a peer
+        leaves, its last shares must still reach the replicas waiting for them."""
+        if self._pending:
+            await asyncio.wait(set(self._pending), timeout=timeout)
+
+    def cancel(self) -> None:
+        for task in list(self._pending):
+            task.cancel()

@@ -26,7 +26,7 @@ from peer.compute import tensor_codec
 from peer.compute.errors import ComputeError
 from peer.compute.runner import StageRunner
 from peer.pipeline import plan_view as pv
-from peer.pipeline.averaging import ShareBox, combine, Contribution
+from peer.pipeline.averaging import ShareBox, ShareDeliveries, combine, Contribution
 from peer.pipeline.checkpoint import CheckpointStore
 from peer.pipeline.flights import Flight, IterationOutcome, IterationState, OriginEntry, Work
 from peer.pipeline.inbox import Inbox
@@ -75,6 +75,8 @@ class PipelineWorker:
         self.health = health or Health()
         self.inbox = Inbox()
         self.shares = ShareBox()
+        self.deliveries = ShareDeliveries(
+            lambda peer, share: self.send_with_retries(peer, share, f"gradient share {share.iteration}"), self.shares)
         self.runner: StageRunner | None = None
         self.stage: int | None = None
         self.targets: dict[tuple[int, int], torch.Tensor] = {}
@@ -122,6 +124,7 @@ class PipelineWorker:
                         logger.debug("schedule refresh failed: %s", exc)
                 schedule = await self._schedule_with_me()
                 if self.spec.max_steps and self.iteration >= self.spec.max_steps:
+                    await self.deliveries.flush(self.settings.send_deadline_s)
                     break
                 outcome = await rejoin.unless_cut_off(self, self.run_iteration(self.iteration, schedule))
                 if outcome is None:
@@ -137,6 +140,7 @@ class PipelineWorker:
             monitor.cancel()
             for task in list(self._background):
                 task.cancel()
+            self.deliveries.cancel()
             self.finished.set()
             self.executor.shutdown(wait=False, cancel_futures=True)
 
@@ -382,14 +386,13 @@ class PipelineWorker:
         if others:
             share = m.GradientShare(self.spec.run, schedule.epoch, i, self.stage, mine.samples,
                                     tensor_codec.encode(mine.vector), mine.loss_sum)
-            sent = await asyncio.gather(*(self.send_with_retries(p, share, f"gradient share {i}") for p in others))
-            refused = {p for p, ok in zip(others, sent) if not ok}   # e.g. sitting out a partition
+            outbound = self.deliveries.start(others, share)  # in the background: no ack wait
             # replicas may legitimately still be working: wait as long as an iteration may take,
             # but not for one that died (its gradients died with it) or would not take ours
             self.recovery.averaging_with = set(others)  # heartbeat them while we wait
             try:
                 got = await self.shares.collect(i, self.stage, set(others), self.settings.iteration_timeout_s,
-                                                gone=lambda p: p in refused or self.health.suspect(p))
+                                                gone=lambda p: outbound.gone(p, self.health.suspect(p)))
             finally:
                 self.recovery.averaging_with = set()
             result = combine({**got, self.me: mine}, [self.me, *others])

@@ -34,8 +34,8 @@ def test_transfer_cost_is_latency_plus_bytes_over_bandwidth():
 def test_averaging_cost():
     c = CostModel(two_nodes(param=2**30))
     assert c.averaging(0, [0]) == 0.0
-    # 3 layers per stage, ring of 2 over 0.5 GiB/s, latency 20 ms
-    assert c.averaging(0, [0, 1]) == pytest.approx(2 * 1 / 2 * 3 * 2**30 / (0.5 * 2**30) + 2 * 0.020)
+    # 3 layers per stage of 1 GiB each over 0.5 GiB/s, one-way latency 20 ms (no ack waited for)
+    assert c.averaging(0, [0, 1]) == pytest.approx(3 * 2**30 / (0.5 * 2**30) + 0.020)
     assert CostModel(two_nodes()).averaging(0, [0, 1]) == 0.0
 
 

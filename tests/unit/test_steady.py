@@ -45,8 +45,8 @@ def test_boundary_notice_exchange_and_no_exchange_without_replicas():
     b = boundary(REPLICATED, simulate(REPLICATED, t, cost), cost, {})
     # the origin is done at its last backward; the others when its IterationDone arrives (+100 ms)
     assert b.done_s == pytest.approx({"n0": 12.15, "n1": 12.25, "n2": 12.25})
-    # a share: 1 GiB at 1 GiB/s + 100 ms; the sender also waits 100 ms for the ack
-    assert b.exchanged_s["n1"] == pytest.approx(12.25 + 1.0 + 0.1 + 0.1)
+    # n2's share arrives: 1 GiB at 1 GiB/s + 100 ms (nobody waits for the ack of its own)
+    assert b.exchanged_s["n1"] == pytest.approx(12.25 + 1.0 + 0.1)
     assert b.exchanged_s["n0"] == pytest.approx(12.15)       # stage 0 has one replica: nothing to exchange
     alone = sched([(0, [(0, "n0"), (1, "n1")])], {"n0": 0, "n1": 1})
     t2 = topo(fwd=(1.0, 2.0))
@@ -65,20 +65,20 @@ def test_more_replicas_over_slower_links_cost_more():
     two_fast = exchange(topo(), REPLICATED)
     two_slow = exchange(topo(bw=0.25), REPLICATED)
     three_one_slow_link = exchange(topo(fwd=(1.0, 2.0, 2.0, 2.0), slow=((1, 3), 0.1)), three)
-    assert two_fast == pytest.approx(1.2)
-    assert two_slow == pytest.approx(4.2) and two_slow > two_fast
-    assert three_one_slow_link == pytest.approx(10.0 + 0.2) and three_one_slow_link > two_slow
+    assert two_fast == pytest.approx(1.1)
+    assert two_slow == pytest.approx(4.1) and two_slow > two_fast
+    assert three_one_slow_link == pytest.approx(10.0 + 0.1) and three_one_slow_link > two_slow
     assert exchange(topo(param=0), REPLICATED) == 0.0        # no parameter size known: not modelled
 
 
 def test_steady_state_a_late_replica_delays_the_next_iteration():
-    # stage 1's exchange (4 GiB: 4.1 s + ack) ends at 16.45, 4.3 s after the origin's end; the
-    # next iteration's activation reaches n2 at 2.1 s, so F1 waits until 4.3: +2.2 s
+    # stage 1's exchange (4 GiB: 4.1 s) ends at 16.35, 4.2 s after the origin's end; the
+    # next iteration's activation reaches n2 at 2.1 s, so F1 waits until 4.2: +2.1 s
     p = predict(REPLICATED, topo(param=4 * GIB))
     assert p.cold_s == pytest.approx(12.15)
-    assert p.start_s["n2"] == pytest.approx(4.3)
-    assert p.iteration_s == pytest.approx(12.15 + 2.2)
-    # with 1 GiB the replicas are free again (1.3 s) before the activation arrives: no delay
+    assert p.start_s["n2"] == pytest.approx(4.2)
+    assert p.iteration_s == pytest.approx(12.15 + 2.1)
+    # with 1 GiB the replicas are free again (1.2 s) before the activation arrives: no delay
     assert predict(REPLICATED, topo()).iteration_s == pytest.approx(12.15)
 
 
@@ -89,7 +89,7 @@ def test_gaps_between_iterations():
     assert caught_up.iteration_s == pytest.approx(12.15)
     # ... the other peers' gap (schedule read) holds them back longer
     later = predict(REPLICATED, t, CostModel(t, Overheads(peer_gap_s=0.5)))
-    assert later.iteration_s == pytest.approx(12.15 + 2.2 + 0.5)
+    assert later.iteration_s == pytest.approx(12.15 + 2.1 + 0.5)
 
 
 def test_hop_and_task_overheads_in_the_cold_iteration():

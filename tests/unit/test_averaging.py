@@ -1,0 +1,119 @@
+"""Replica averaging (peer/pipeline/averaging.py): shares are collected without waiting for the
+acks of our own, a refused share ends the wait for that replica at once, and a leaving peer
+flushes its last shares."""
+import asyncio
+
+import torch
+
+from peer.pipeline.averaging import Contribution, ShareBox, ShareDeliveries, combine
+from protocol.messages import GradientShare
+from protocol.tensors import TensorPayload
+
+
+def share(iteration=0, samples=2) -> GradientShare:
+    return GradientShare("run", 1, iteration, 1, samples, TensorPayload("float32", (1,), b"\0" * 4))
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, timeout=10))
+
+
+def test_collect_does_not_wait_for_our_own_acks_and_flush_does():
+    async def main():
+        box, release, sent = ShareBox(), asyncio.Event(), []
+
+        async def slow_send(peer, s):   # the ack from "b" never comes until released
+            sent.append(peer)
+            await release.wait()
+            return True
+        deliveries = ShareDeliveries(slow_send, box)
+        out = deliveries.start(["b"], share())
+        await box.add("b", share(samples=3), torch.ones(1))
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        got = await box.collect(0, 1, {"b"}, timeout=5.0, gone=lambda p: out.gone(p, False))
+        assert loop.time() - t0 < 0.5 and set(got) == {"b"}
+        assert deliveries.pending == 1                     # still on its way
+        await deliveries.flush(timeout=0.2)                # not delivered yet: flush gives up in time
+        assert deliveries.pending == 1 and sent == ["b"]
+        release.set()
+        await deliveries.flush(timeout=5.0)
+        assert deliveries.pending == 0 and out.state == {"b": "delivered"}
+    run(main())
+
+
+def test_a_refused_share_ends_the_wait_for_that_replica_at_once():
+    async def main():
+        box = ShareBox()
+
+        async def send(peer, s):
+            return peer != "c"                             # "c" sits out a partition
+        deliveries = ShareDeliveries(send, box)
+        out = deliveries.start(["b", "c"], share())
+        await box.add("b", share(), torch.ones(1))
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        # a recheck period far beyond the test's timeout: only the wake-up can end the wait
+        got = await box.collect(0, 1, {"b", "c"}, timeout=30.0, gone=lambda p: out.gone(p, False), recheck_s=30.0)
+        assert loop.time() - t0 < 1.0
+        assert set(got) == {"b"} and out.state == {"b": "delivered", "c": "refused"}
+    run(main())
+
+
+def test_a_suspect_replica_is_waited_for_while_our_share_to_it_is_on_its_way():
+    async def main():
+        box, answer = ShareBox(), asyncio.Event()
+        result = {"b": True, "c": False}
+
+        async def send(peer, s):
+            await answer.wait()
+            return result[peer]
+        out = ShareDeliveries(send, box).start(["b", "c"], share())
+        # both look dead, but our shares are still pending: their outcome decides, not the suspicion
+        assert not out.gone("b", suspect=True) and not out.gone("c", suspect=True)
+        answer.set()
+        await asyncio.sleep(0.01)
+        assert not out.gone("b", suspect=False) and out.gone("b", suspect=True)   # took ours, then died
+        assert out.gone("c", suspect=False)                                         # refused ours
+    run(main())
+
+
+def test_a_failing_send_counts_as_refused():
+    async def main():
+        box = ShareBox()
+
+        async def broken(peer, s):
+            raise RuntimeError("bug")
+        deliveries = ShareDeliveries(broken, box)
+        out = deliveries.start(["b"], share())
+        await deliveries.flush(timeout=5.0)
+        assert out.state == {"b": "refused"}
+    run(main())
+
+
+def test_cancel_stops_pending_deliveries():
+    async def main():
+        box, never = ShareBox(), asyncio.Event()
+
+        async def send(peer, s):
+            await never.wait()
+            return True
+        deliveries = ShareDeliveries(send, box)
+        deliveries.start(["b", "c"], share())
+        await asyncio.sleep(0)
+        deliveries.cancel()
+        await asyncio.sleep(0.01)
+        assert deliveries.pending == 0
+    run(main())
+
+
+def test_combine_is_the_same_sum_in_any_arrival_order():
+    torch.manual_seed(0)
+    parts = {p: Contribution(torch.randn(1000) * 1e3, n, float(n)) for n, p in enumerate("dcab", 1)}
+    forward = combine(dict(parts), ["a", "b", "c", "d"])
+    backward = combine(dict(reversed(list(parts.items()))), ["a", "b", "c", "d"])
+    assert torch.equal(forward.vector, backward.vector)
+    assert forward.samples == 10 and forward.missing == () and forward.peers == ("a", "b", "c", "d")
+    partial = combine({p: parts[p] for p in "ab"}, ["a", "b", "c"])
+    assert partial.missing == ("c",) and partial.samples == parts["a"].samples + parts["b"].samples
+    assert torch.allclose(partial.vector, parts["a"].vector + parts["b"].vector)
