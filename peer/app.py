@@ -20,6 +20,7 @@ from peer.security.limits import coalesced
 from peer.discovery.announcer import Announcer
 from peer.discovery.link_prober import measure_link
 from peer.discovery.rebootstrap import peer_ids_of, rebootstrap
+from peer.discovery.publisher import LatestPublisher
 from peer.pipeline.checkpoint import CheckpointStore
 from peer.pipeline.handlers import WorkHandlers
 from peer.pipeline.schedule_book import ScheduleBook, StaleSchedule
@@ -60,6 +61,7 @@ class PeerApp:
         self.stop = asyncio.Event()
         self.advert_state = PeerState.JOINING
         self.reports: collections.deque[IterationReport] = collections.deque(maxlen=REPORTS_KEPT)
+        self.progress_publisher = LatestPublisher(self._put_progress, "progress")
         self.metrics = PeerMetrics()       # read by /metrics; the worker is never touched
         self.reachability = None           # the start-up self-test's Reachability
 
@@ -147,10 +149,12 @@ class PeerApp:
                 work.result()  # surface a crash of the worker
                 logger.info("run finished after %d iterations; leaving in %.0fs",
                             self.worker.iteration, LINGER_AFTER_FINISH_S)
+                await self.progress_publisher.flush(timeout=LINGER_AFTER_FINISH_S)
                 await asyncio.wait([stopper], timeout=LINGER_AFTER_FINISH_S)
         finally:
             for task in (*background, work, stopper):
                 task.cancel()
+            self.progress_publisher.cancel()
             await asyncio.gather(*background, work, stopper, return_exceptions=True)
 
     async def _start_metrics(self) -> StatusServer | None:
@@ -239,10 +243,11 @@ class PeerApp:
             counts=MicrobatchCounts(**outcome.counts),
             stages_visited=outcome.stages_visited)
         self.reports.append(report)
-        try:
-            await self.records.put_progress(ProgressRecord(report.peer_id, tuple(self.reports)), ttl_s=600.0)
-        except Exception as exc:
-            logger.warning("publishing progress failed: %s", exc)
+        self.progress_publisher.kick()   # in the background: the next iteration does not wait for the DHT
+
+    def _put_progress(self):
+        return self.records.put_progress(ProgressRecord(self.announcer.advert.peer_id, tuple(self.reports)),
+                                         ttl_s=600.0)
 
 
 def run_peer(config: PeerConfig) -> int:

@@ -30,8 +30,8 @@ class Overheads:
     hop_s: float = 0.0              # per request: RPC round trip, (de)serialisation, inbox hand-off
     task_s: float = 0.0             # per compute task: executor hand-off, autograd bookkeeping
     step_s_per_param: float = 0.0   # optimizer step + gradient vector flatten/unflatten
-    origin_gap_s: float = 0.0       # stage-0 peers between iterations: progress report + schedule read
-    peer_gap_s: float = 0.0         # other peers between iterations: schedule read
+    origin_gap_s: float = 0.0       # stage-0 peers between iterations (the rest of the schedule read)
+    peer_gap_s: float = 0.0         # other peers between iterations (the same)
 
     def __post_init__(self):
         for name, value in vars(self).items():
@@ -47,9 +47,13 @@ class Overheads:
 # to which the emulator's timers and the hand-offs on a loaded event loop add: hop_s 0.06 is
 # the value that, with task_s fixed, best fits the mean iteration times measured in 2 runs x 2
 # strategies (all within 12%); the step plus gradient (un)flattening averages ~12 ms per ~60k parameters -> 2e-7;
-# between iterations stage-0 peers spend a median 0.12-0.35 s (progress put + schedule get in
-# the DHT), the others 0.06-0.17 s (schedule get) -> 0.2 and 0.1.
-LOCAL_SWARM_OVERHEADS = Overheads(hop_s=0.06, task_s=0.01, step_s_per_param=2e-7, origin_gap_s=0.2, peer_gap_s=0.1)
+# between the step and the next iteration's start (the schedule read, started when the iteration's
+# own work ends, peer/pipeline/schedule_book.py BoundaryRead; the origins' progress report goes out
+# in the background) stage-0 peers spent a median 4 ms (mean 0.15 s), the others a median 0.19 s
+# (mean 0.33 s: the read overlaps no exchange where a stage has one replica), in a 16-iteration
+# skippipe run -> 0.05 and 0.2. (Before the read overlapped and the report left the path: 0.12-0.35 s
+# and 0.06-0.17 s.)
+LOCAL_SWARM_OVERHEADS = Overheads(hop_s=0.06, task_s=0.01, step_s_per_param=2e-7, origin_gap_s=0.05, peer_gap_s=0.2)
 
 
 class CostModel:

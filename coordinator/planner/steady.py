@@ -8,8 +8,9 @@ iteration also has a boundary, and the next iteration starts while parts of it s
 - every done peer sends its gradients to the other replicas of its stage and waits for their
   shares (CostModel.share / averaging; not for the acks of its own), then steps the optimizer
   (CostModel.step);
-- before the next iteration each peer reads the schedule, an origin also reports progress
-  (Overheads.origin_gap_s, peer_gap_s); then it starts: an origin its forwards, another peer
+- before the next iteration each peer finishes its schedule read (started when its work
+  ended; an origin's progress report goes out in the background), Overheads.origin_gap_s and
+  peer_gap_s; then it starts: an origin its forwards, another peer
   the work that has come in meanwhile. So a peer that ends its boundary late (far replicas,
   a far origin's notice) delays the next iteration's microbatches that reach it early.
 One iteration as measured (coordinator/progress.py) runs from the first origin's start to the

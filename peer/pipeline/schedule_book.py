@@ -1,7 +1,11 @@
 """The schedules this peer knows, and which one applies to a given iteration."""
 import asyncio
+import logging
+from typing import Awaitable, Callable
 
 from protocol.schedule import Schedule
+
+logger = logging.getLogger(__name__)
 
 KEEP_SCHEDULES = 8
 
@@ -48,3 +52,34 @@ class ScheduleBook:
             return True
         except TimeoutError:
             return False
+
+
+class BoundaryRead:
+    """The schedule read at each iteration boundary (a new epoch may start with the next
+    iteration): started as soon as the iteration's own work ends, so that it overlaps the
+    gradient exchange (a DHT read on a busy swarm can take a second), and awaited before the
+    next iteration starts. `refresh()` returns the current refresh function (None: none)."""
+
+    READ_TIMEOUT_S = 2.0
+
+    def __init__(self, refresh: Callable[[], Callable[[], Awaitable[None]] | None],
+                 spawn: Callable[[Awaitable[None]], asyncio.Task]):
+        self.refresh, self.spawn = refresh, spawn
+        self._read: asyncio.Task | None = None
+
+    def start(self) -> None:
+        fn = self.refresh()
+        if fn is not None and self._read is None:
+            self._read = self.spawn(self._bounded(fn))
+
+    async def finish(self) -> None:
+        self.start()
+        read, self._read = self._read, None
+        if read is not None:
+            await read
+
+    async def _bounded(self, fn: Callable[[], Awaitable[None]]) -> None:
+        try:
+            await asyncio.wait_for(fn(), timeout=self.READ_TIMEOUT_S)
+        except Exception as exc:
+            logger.debug("schedule refresh failed: %s", exc)

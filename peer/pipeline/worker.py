@@ -31,7 +31,7 @@ from peer.pipeline.checkpoint import CheckpointStore
 from peer.pipeline.flights import Flight, IterationOutcome, IterationState, OriginEntry, Work
 from peer.pipeline.inbox import Inbox
 from peer.pipeline.recovery import Recovery
-from peer.pipeline.schedule_book import ScheduleBook
+from peer.pipeline.schedule_book import BoundaryRead, ScheduleBook
 from peer.pipeline.spot_checks import SpotChecks
 from peer.pipeline import rejoin
 from peer.pipeline.state_sync import StateDonor, fetch_state
@@ -93,6 +93,7 @@ class PipelineWorker:
         self.fault_hook: Callable[[int, str], None] | None = None   # chaos testing only
         self.slowdown = 1.0
         self.refresh_schedule: Callable[[], Awaitable[None]] | None = None
+        self.boundary_read = BoundaryRead(lambda: self.refresh_schedule, self.spawn)
         self.isolation = rejoin.Isolation()            # set by peer/isolation.py
 
     async def compute(self, fn: Callable, *args) -> Any:
@@ -117,11 +118,7 @@ class PipelineWorker:
         monitor = asyncio.create_task(self.recovery.monitor())
         try:
             while True:
-                if self.refresh_schedule is not None:  # a new epoch may start now: do not miss it
-                    try:
-                        await asyncio.wait_for(self.refresh_schedule(), timeout=2.0)
-                    except Exception as exc:
-                        logger.debug("schedule refresh failed: %s", exc)
+                await self.boundary_read.finish()
                 schedule = await self._schedule_with_me()
                 if self.spec.max_steps and self.iteration >= self.spec.max_steps:
                     await self.deliveries.flush(self.settings.send_deadline_s)
@@ -205,6 +202,7 @@ class PipelineWorker:
             got = await self.inbox.take(i, allowed, lambda t: pv.priority_of(t, planned), min(left, 0.25))
             if got is not None:
                 await self._run_task(i, schedule, st, got[0], got[1], outcome)
+        self.boundary_read.start()   # overlaps the exchange below
         if self.runner.is_origin:
             await self._announce_done(i, schedule, st)
         outcome.counts = st.counts()
