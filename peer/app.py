@@ -9,7 +9,7 @@ from hivemind import DHT
 
 from opsweb.server import StatusServer
 
-from protocol.adverts import LinkReport, PeerAdvert, PeerState
+from protocol.adverts import LinkReport, PeerState
 from protocol.errors import ProtocolError
 from protocol.messages import IterationReport, MicrobatchCounts, ProgressRecord, RunSpec
 

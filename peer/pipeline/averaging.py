@@ -16,11 +16,20 @@ to it is still on its way (Outbound.gone).
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Awaitable, Callable
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 import torch
 
+from protocol import messages as m
 from protocol.messages import GradientShare
+from protocol.schedule import Schedule
+
+from peer.compute import tensor_codec
+from peer.pipeline import plan_view as pv
+
+if TYPE_CHECKING:
+    from peer.pipeline.flights import IterationOutcome
+    from peer.pipeline.worker import PipelineWorker
 
 logger = logging.getLogger(__name__)
 
@@ -152,3 +161,30 @@ class ShareDeliveries:
     def cancel(self) -> None:
         for task in list(self._pending):
             task.cancel()
+
+
+async def average_and_step(w: "PipelineWorker", i: int, schedule: Schedule, outcome: "IterationOutcome") -> None:
+    """End of iteration `i` on worker `w`: exchange gradients with the stage's other replicas,
+    average what arrived, step the optimizer."""
+    r = w.runner
+    others = [p for p in pv.replicas(schedule, w.stage) if p != w.me]
+    mine = Contribution(await w.compute(r.grad_vector), r.samples_this_step, outcome.loss_sum)
+    if others:
+        share = m.GradientShare(w.spec.run, schedule.epoch, i, w.stage, mine.samples,
+                                tensor_codec.encode(mine.vector), mine.loss_sum)
+        outbound = w.deliveries.start(others, share)  # in the background: no ack wait
+        # replicas may legitimately still be working: wait as long as an iteration may take,
+        # but not for one that died (its gradients died with it) or would not take ours
+        w.recovery.averaging_with = set(others)  # heartbeat them while we wait
+        try:
+            got = await w.shares.collect(i, w.stage, set(others), w.settings.iteration_timeout_s,
+                                         gone=lambda p: outbound.gone(p, w.health.suspect(p)))
+        finally:
+            w.recovery.averaging_with = set()
+        result = combine({**got, w.me: mine}, [w.me, *others])
+        if result.missing:
+            logger.warning("iteration %d: no gradients from replica(s) %s; averaging without them",
+                           i, [p[:12] for p in result.missing])
+        await w.compute(r.set_grad_vector, result.vector, result.samples)
+    stats = await w.compute(r.step)
+    logger.debug("iteration %d stage %d step: %s", i, w.stage, stats)

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 import torch
@@ -26,7 +26,7 @@ from peer.compute import tensor_codec
 from peer.compute.errors import ComputeError
 from peer.compute.runner import StageRunner
 from peer.pipeline import plan_view as pv
-from peer.pipeline.averaging import ShareBox, ShareDeliveries, combine, Contribution
+from peer.pipeline.averaging import ShareBox, ShareDeliveries, average_and_step
 from peer.pipeline.checkpoint import CheckpointStore
 from peer.pipeline.flights import Flight, IterationOutcome, IterationState, OriginEntry, Work
 from peer.pipeline.inbox import Inbox
@@ -206,7 +206,7 @@ class PipelineWorker:
         if self.runner.is_origin:
             await self._announce_done(i, schedule, st)
         outcome.counts = st.counts()
-        await self._average_and_step(i, schedule, outcome)
+        await average_and_step(self, i, schedule, outcome)
         self.stepped_iteration = i
         self.end_iteration(i)
         outcome.finished_at = time.time()
@@ -374,29 +374,3 @@ class PipelineWorker:
         others = [p for p in schedule.stage_of() if p != self.me and p not in self.health.departed]
         for peer in others:  # in the background; a peer that misses it would wait the iteration out
             self.spawn(self.send_with_retries(peer, done, f"iteration {i} done", give_up_when_suspect=False))
-
-    # ---- replica averaging ----
-
-    async def _average_and_step(self, i: int, schedule: Schedule, outcome: IterationOutcome) -> None:
-        r = self.runner
-        others = [p for p in pv.replicas(schedule, self.stage) if p != self.me]
-        mine = Contribution(await self.compute(r.grad_vector), r.samples_this_step, outcome.loss_sum)
-        if others:
-            share = m.GradientShare(self.spec.run, schedule.epoch, i, self.stage, mine.samples,
-                                    tensor_codec.encode(mine.vector), mine.loss_sum)
-            outbound = self.deliveries.start(others, share)  # in the background: no ack wait
-            # replicas may legitimately still be working: wait as long as an iteration may take,
-            # but not for one that died (its gradients died with it) or would not take ours
-            self.recovery.averaging_with = set(others)  # heartbeat them while we wait
-            try:
-                got = await self.shares.collect(i, self.stage, set(others), self.settings.iteration_timeout_s,
-                                                gone=lambda p: outbound.gone(p, self.health.suspect(p)))
-            finally:
-                self.recovery.averaging_with = set()
-            result = combine({**got, self.me: mine}, [self.me, *others])
-            if result.missing:
-                logger.warning("iteration %d: no gradients from replica(s) %s; averaging without them",
-                               i, [p[:12] for p in result.missing])
-            await self.compute(r.set_grad_vector, result.vector, result.samples)
-        stats = await self.compute(r.step)
-        logger.debug("iteration %d stage %d step: %s", i, self.stage, stats)
