@@ -57,6 +57,7 @@ def parse_args() -> argparse.Namespace:
                    help="microbatches in one iteration, for both strategies (a multiple of both data-node counts)")
     p.add_argument("--topology-seed", type=int, default=2)
     p.add_argument("--latency-scale", type=float, default=1.5, help="multiply the preset's latencies (see above)")
+    p.add_argument("--bandwidth-scale", type=float, default=0.02, help="multiply the preset's bandwidths (see above)")
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--keep", type=Path, help="keep topology, summaries and logs in this folder")
     p.add_argument("--log-level", default="WARNING", help="the swarm's log level (DEBUG: per-peer step times)")
@@ -68,7 +69,8 @@ def write_topology(args, path: Path) -> None:
                          microbatch_samples=SAMPLES, microbatches=4,   # the swarm passes its own count
                          activation_bytes=SEQ_LEN * DIM * 4, memory=8)
     lat = tuple(tuple(round(v * args.latency_scale, 3) for v in row) for row in topo.links.latency_ms)
-    topo = dataclasses.replace(topo, links=dataclasses.replace(topo.links, latency_ms=lat))
+    bw = tuple(tuple(v * args.bandwidth_scale for v in row) for row in topo.links.bandwidth_gib_s)
+    topo = dataclasses.replace(topo, links=dataclasses.replace(topo.links, latency_ms=lat, bandwidth_gib_s=bw))
     path.write_text(topology_to_json(topo))
 
 

@@ -202,7 +202,7 @@ class CoordinatorApp:
         self._adopt(schedule)
         self.topology = topology
         self.replans.append({"epoch": epoch, "published_at": time.time(), "start_iteration": schedule.start_iteration,
-                             "peers": len(topology.nodes),
+                             "peers": len(topology.nodes), "predicted_iteration_s": schedule.predicted_iteration_s,
                              "membership_changed_at": time.time() - (time.monotonic() - self.membership.changed_at)})
         stages = {}
         for peer, stage in schedule.stage_of().items():

@@ -129,14 +129,31 @@ def ban_summary(app) -> dict:
     return {"banned": dict(app.bans.banned), "spot_checks": dict(app.bans.counts)}
 
 
-def write_plan_files(app, summary_json: Path) -> None:
-    """The last schedule and the topology it was planned for, next to the summary (S.json ->
-    S.schedule.json, S.topology.json): the simulator can then be re-run on what was measured."""
-    if app.schedule is None or app.topology is None:
+def main_epoch(summaries: list[IterationSummary]) -> int | None:
+    """The epoch most iterations ran under (the later one on a tie). Its schedule is the one
+    to compare with what was measured: peers leaving at the end of a run trigger re-plans
+    whose schedules never ran."""
+    counts: dict[int, int] = {}
+    for s in summaries:
+        counts[s.epoch] = counts.get(s.epoch, 0) + 1
+    return max(counts, key=lambda e: (counts[e], e)) if counts else None
+
+
+def ran_schedule(app, summaries: list[IterationSummary]):
+    epoch = main_epoch(summaries)
+    return next((s for s in app.schedules if s.epoch == epoch), app.schedule)
+
+
+def write_plan_files(app, summaries: list[IterationSummary], summary_json: Path) -> None:
+    """The schedule most iterations ran (ran_schedule) and the topology of the last plan,
+    next to the summary (S.json -> S.schedule.json, S.topology.json): the simulator can then be
+    re-run on what was measured."""
+    schedule = ran_schedule(app, summaries)
+    if schedule is None or app.topology is None:
         return
     from protocol.schedule import schedule_to_json
     from protocol.topology import topology_to_json
-    summary_json.with_suffix(".schedule.json").write_text(schedule_to_json(app.schedule))
+    summary_json.with_suffix(".schedule.json").write_text(schedule_to_json(schedule))
     summary_json.with_suffix(".topology.json").write_text(topology_to_json(app.topology))
 
 
@@ -187,7 +204,10 @@ async def run_swarm(args) -> int:
             if emulated:
                 node_id, identity = emulated[i]
                 peer_args += ["--identity", str(identity), "--topology", str(args.topology), "--node-id", node_id,
-                              "--node-map", str(map_path)]
+                              "--node-map", str(map_path),
+                              # the planner reads these links from the file; a probe's 3 x 1 MiB
+                              # each way would only load the emulated links the run measures
+                              "--link-probe-period", "0"]
                 if args.topology_data.nodes[i].stage >= 0 and not args.chaos:
                     peer_args += ["--stage", str(args.topology_data.nodes[i].stage)]
             if args.chaos:
@@ -206,7 +226,9 @@ async def run_swarm(args) -> int:
         await asyncio.gather(coordinator, return_exceptions=True)
         await asyncio.to_thread(stop_processes, peers)
     summary = summary_dict(app.summaries, args, time.monotonic() - started, app.replans)
-    summary["predicted_iteration_s"] = app.schedule.predicted_iteration_s if app.schedule else None
+    ran = ran_schedule(app, app.summaries)
+    summary["predicted_iteration_s"] = ran.predicted_iteration_s if ran else None
+    summary["predicted_epoch"] = ran.epoch if ran else None
     summary.update(ban_summary(app))
     print(f"done: {summary['steps']} iterations, loss {summary['first_loss']} -> {summary['last_loss']}, "
           f"{summary['tokens_per_s']:.0f} tokens/s, microbatches {summary['microbatches']}", flush=True)
@@ -215,7 +237,7 @@ async def run_swarm(args) -> int:
               f"banned: {summary['banned'] or 'none'}", flush=True)
     if args.summary_json:
         args.summary_json.write_text(json.dumps(summary, indent=1))
-        write_plan_files(app, args.summary_json)
+        write_plan_files(app, app.summaries, args.summary_json)
     finished = summary["last_iteration"] == args.steps - 1
     if not args.logs_dir and finished:
         shutil.rmtree(logs, ignore_errors=True)

@@ -139,7 +139,8 @@ class PeerApp:
         background = [asyncio.create_task(c) for c in (
             self.announcer.run(), self._watch_schedule(), self._probe_links(), self._print_status(),
             IsolationMonitor(self.worker, self.records, self.rpc, self.announcer.advert.peer_id,
-                             self.config.announce_period_s, rebootstrap=self._rebootstrap).run(),
+                             self.config.announce_period_s, self.config.dht_poll_s,
+                             rebootstrap=self._rebootstrap).run(),
             self.guard.run(self.config.announce_period_s))]
         work = asyncio.create_task(self.worker.run())
         stopper = asyncio.create_task(self.stop.wait())
@@ -200,12 +201,15 @@ class PeerApp:
     async def _watch_schedule(self) -> None:
         while True:
             await self.refresh_schedule()
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(self.config.dht_poll_s)
 
     async def _rebootstrap(self, peers: list[str]) -> int:
         return await rebootstrap(self.dht, [*peers, *peer_ids_of(self.config.initial_peers)])
 
-    async def _probe_links(self, period_s: float = 30.0) -> None:
+    async def _probe_links(self) -> None:
+        period_s = self.config.link_probe_period_s
+        if period_s <= 0:      # off: the links are known (emulated from a topology file)
+            return
         me = self.announcer.advert.peer_id
         while True:
             try:

@@ -51,6 +51,16 @@ def positive_rate(text: str) -> float:
     return value
 
 
+def non_negative_s(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0.0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be >= 0 seconds, got {text}")
+    return value
+
+
 def rate_0_1(text: str) -> float:
     try:
         value = float(text)
@@ -94,9 +104,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-activations", type=positive_int, default=8, metavar="N",
                    help="microbatch activations held for backward at once (default: 8)")
     p.add_argument("--announce-period", type=float, default=1.5, metavar="S",
-                   help="seconds between adverts; they expire after twice this (default: 1.5)")
+                   help="seconds between adverts; they expire after twice this, and the schedule and the other "
+                        "peers' adverts are read every half of it, at most once a second (default: 1.5)")
     p.add_argument("--status-interval", type=float, default=10.0, metavar="S",
                    help="seconds between one-line status prints (default: 10)")
+    p.add_argument("--link-probe-period", type=non_negative_s, default=30.0, metavar="S",
+                   help="seconds between link probes (RTT and bandwidth to every other peer, for the planner); "
+                        "0 turns them off, e.g. when the links are emulated from a topology file (default: 30)")
     p.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads (default: 1)")
     p.add_argument("--public-name", default="", help="a name shown to other people in the swarm")
     p.add_argument("--no-benchmark", action="store_true", help="skip the start-up layer benchmark")
@@ -149,7 +163,7 @@ def config_from_args(args: argparse.Namespace) -> PeerConfig:
         host_maddrs=tuple(args.host_maddrs), announce_maddrs=tuple(args.announce_maddrs),
         data=args.data, cache_dir=args.cache_dir, checkpoint_dir=args.checkpoint_dir,
         announce_period_s=args.announce_period, max_activations=args.max_activations,
-        status_interval_s=args.status_interval, torch_threads=args.threads,
+        status_interval_s=args.status_interval, link_probe_period_s=args.link_probe_period, torch_threads=args.threads,
         public_name=args.public_name, benchmark=not args.no_benchmark,
         identity_path=args.identity, join_key_path=args.join_key, max_requests_per_s=args.max_requests_per_s,
         fault=args.fault, metrics_port=args.metrics_port, metrics_host=args.metrics_host,

@@ -25,6 +25,7 @@ class PeerConfig:
     rpc_timeout_s: float = 30.0
     iteration_timeout_s: float = 120.0
     status_interval_s: float = 10.0
+    link_probe_period_s: float = 30.0         # link RTT/bandwidth probes to every peer; 0: off
     torch_threads: int = 1
     public_name: str = ""
     benchmark: bool = True                    # measure one layer at start (cached)
@@ -39,3 +40,10 @@ class PeerConfig:
     topology: Path | None = None              # emulate this topology file's links (peer/emulation.py)
     node_id: str = ""                         # which node of --topology this peer is
     node_map: Path | None = None              # peer id -> node id of the other peers
+
+    @property
+    def dht_poll_s(self) -> float:
+        """How often we read the schedule and the adverts from the DHT: half an announce
+        period, at least 1 s. Each read validates every record's signature, which is most of
+        the DHT's CPU: polling much faster than adverts change only loads a busy machine."""
+        return max(1.0, self.announce_period_s / 2)

@@ -7,7 +7,7 @@ from typing import Sequence
 from opsweb.prom import CONTENT_TYPE, Exposition, Histogram, process_rss_bytes
 from opsweb.server import Response
 
-from peer.transport.base import Handler, Transport, TransportError
+from peer.transport.base import Handler, OnSent, Transport, TransportError
 
 COUNT_KINDS = ("completed", "rerouted", "skipped_stage", "reissued", "lost")
 
@@ -31,11 +31,11 @@ class MeteredTransport(Transport):
     def __getattr__(self, name):  # p2p and other extras of the real transport
         return getattr(self.inner, name)
 
-    async def request(self, peer: str, frames: Sequence[bytes], timeout: float) -> bytes:
+    async def request(self, peer: str, frames: Sequence[bytes], timeout: float, on_sent: OnSent = None) -> bytes:
         started = time.perf_counter()
         self.metrics.bytes_sent += sum(len(f) for f in frames)
         try:
-            reply = await self.inner.request(peer, frames, timeout)
+            reply = await self.inner.request(peer, frames, timeout, on_sent)
         except TransportError:
             self.metrics.rpc_out["error"].observe(time.perf_counter() - started)
             raise

@@ -7,7 +7,12 @@
 - MemberAdvertValidator (only with a join key): an advert without a valid member proof is
   refused at store time, so non-members cannot write adverts into members' nodes.
 Readers still check every record (protocol.records), since a stranger's own node stores anything.
+
+Signature checks are cached (CachedSignatureValidator): every read of a key validates each
+record of every node that answers, and parsing the key and verifying the signature was most of
+a peer's DHT process CPU in a local swarm.
 """
+import collections
 from typing import Dict, Optional
 
 import pydantic.v1 as pydantic
@@ -25,6 +30,29 @@ from protocol.membership import is_member
 from protocol.owner import BadOwnerKey, peer_id_of_subkey
 
 MAX_RECORD_BYTES = 64 * 1024
+SIGNATURE_CACHE_ENTRIES = 4096
+
+
+class CachedSignatureValidator(RSASignatureValidator):
+    """RSASignatureValidator that remembers its verdicts (bounded, least recently used first
+    out). A verdict depends only on the record's bytes (the owner key is in its key or subkey,
+    the signature in its value), so the same record always gets the same answer."""
+
+    def __init__(self, private_key: RSAPrivateKey | None = None, entries: int = SIGNATURE_CACHE_ENTRIES):
+        super().__init__(private_key)
+        self.entries = entries
+        self._verdicts: collections.OrderedDict[DHTRecord, bool] = collections.OrderedDict()
+
+    def validate(self, record: DHTRecord) -> bool:
+        verdict = self._verdicts.get(record)
+        if verdict is None:
+            verdict = super().validate(record)
+            self._verdicts[record] = verdict
+            if len(self._verdicts) > self.entries:
+                self._verdicts.popitem(last=False)
+        else:
+            self._verdicts.move_to_end(record)
+        return verdict
 
 
 def per_peer_keys(run: str) -> tuple[str, ...]:
@@ -65,7 +93,7 @@ class MemberAdvertValidator(RecordValidatorBase):
 def record_validators(run: str, private_key: RSAPrivateKey | None,
                       join_key: bytes | None) -> tuple[RSASignatureValidator, list[RecordValidatorBase]]:
     """(the signer, every validator for DHT(record_validators=...))."""
-    signer = RSASignatureValidator(private_key)
+    signer = CachedSignatureValidator(private_key)
     validators: list[RecordValidatorBase] = [signer, SchemaValidator(record_schema(run), allow_extra_keys=True)]
     if join_key is not None:
         validators.append(MemberAdvertValidator(run, join_key))

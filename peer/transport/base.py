@@ -11,6 +11,9 @@ from typing import Awaitable, Callable, Sequence
 # it returns the reply frame. It must not raise (answer with an ErrorReply instead).
 RecvFrame = Callable[[], Awaitable[bytes]]
 Handler = Callable[[str, RecvFrame], Awaitable[bytes]]
+# Called once, when a request's bytes have left us (written to the stream, or through the
+# emulated link): the reply is still to come. peer/transport/lanes.py releases a link there.
+OnSent = Callable[[], None] | None
 
 
 class TransportError(Exception):
@@ -26,8 +29,9 @@ class Transport(abc.ABC):
     peer_id: str
 
     @abc.abstractmethod
-    async def request(self, peer: str, frames: Sequence[bytes], timeout: float) -> bytes:
-        """Send `frames` to `peer` and return its reply frame; raises TransportError."""
+    async def request(self, peer: str, frames: Sequence[bytes], timeout: float, on_sent: OnSent = None) -> bytes:
+        """Send `frames` to `peer` and return its reply frame; raises TransportError.
+        `on_sent` (optional) is called once the frames are written, before the reply."""
 
     @abc.abstractmethod
     async def serve(self, handler: Handler) -> None:

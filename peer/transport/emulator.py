@@ -17,7 +17,7 @@ import math
 import time
 from typing import Callable, Sequence
 
-from peer.transport.base import Handler, Transport, TransportError
+from peer.transport.base import Handler, OnSent, Transport, TransportError
 
 logger = logging.getLogger(__name__)
 # (latency_s, bandwidth_bytes_s) of the directed link us -> peer and peer -> us, or None
@@ -95,15 +95,17 @@ class EmulatedTransport(Transport):
             link = table[peer] = SharedLink(bandwidth)
         return link
 
-    async def request(self, peer: str, frames: Sequence[bytes], timeout: float) -> bytes:
+    async def request(self, peer: str, frames: Sequence[bytes], timeout: float, on_sent: OnSent = None) -> bytes:
         found = self.links(peer)
         if found is None:
-            return await self.inner.request(peer, frames, timeout)
+            return await self.inner.request(peer, frames, timeout, on_sent)
         (lat_out, bw_out), (lat_back, bw_back) = found
         deadline = time.monotonic() + timeout
         try:
             async with asyncio.timeout(timeout):
                 await self._link(self._out, peer, bw_out).transfer(sum(len(f) for f in frames))
+                if on_sent is not None:      # the bytes are on the (emulated) wire
+                    on_sent()
                 await asyncio.sleep(lat_out)
                 reply = await self.inner.request(peer, frames, max(0.01, deadline - time.monotonic()))
                 await self._link(self._back, peer, bw_back).transfer(len(reply))

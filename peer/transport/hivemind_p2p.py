@@ -11,7 +11,7 @@ from typing import Sequence
 
 from hivemind.p2p import P2P, PeerID
 
-from peer.transport.base import Handler, Transport, TransportError
+from peer.transport.base import Handler, OnSent, Transport, TransportError
 from peer.transport.framing import read_frame, write_frame
 
 logger = logging.getLogger(__name__)
@@ -26,7 +26,7 @@ class HivemindTransport(Transport):
         self.item_timeout = item_timeout
         self._serving = False
 
-    async def request(self, peer: str, frames: Sequence[bytes], timeout: float) -> bytes:
+    async def request(self, peer: str, frames: Sequence[bytes], timeout: float, on_sent: OnSent = None) -> bytes:
         writer = None
         try:
             async with asyncio.timeout(timeout):
@@ -34,6 +34,8 @@ class HivemindTransport(Transport):
                     PeerID.from_base58(peer), PROTOCOL_NAME)
                 for frame in frames:
                     await write_frame(writer, frame)
+                if on_sent is not None:
+                    on_sent()
                 return await read_frame(reader)
         except TimeoutError:
             raise TransportError(peer, f"no reply within {timeout:.1f}s") from None

@@ -1,7 +1,7 @@
 """In-process transport for unit tests: peers in one event loop, no sockets."""
 from typing import Sequence
 
-from peer.transport.base import Handler, Transport, TransportError
+from peer.transport.base import Handler, OnSent, Transport, TransportError
 from peer.transport.framing import MAX_FRAME_BYTES
 
 
@@ -21,13 +21,15 @@ class MemoryTransport(Transport):
         self.network = network
         self.peer_id = peer_id
 
-    async def request(self, peer: str, frames: Sequence[bytes], timeout: float) -> bytes:
+    async def request(self, peer: str, frames: Sequence[bytes], timeout: float, on_sent: OnSent = None) -> bytes:
         handler = self.network.handlers.get(peer)
         if handler is None or {peer, self.peer_id} & self.network.cut:
             raise TransportError(peer, "failed to dial: no such peer")
         if any(len(f) > MAX_FRAME_BYTES for f in frames):
             raise TransportError(peer, "frame too large")
         pending = list(frames)
+        if on_sent is not None:     # handed over in one piece
+            on_sent()
 
         async def recv() -> bytes:
             if not pending:

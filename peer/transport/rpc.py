@@ -19,6 +19,7 @@ from protocol.tensors import (ChunkAssembler, DEFAULT_CHUNK_BYTES, DEFAULT_MAX_T
 from peer.security.limits import Admission, Overloaded
 from peer.security.membership import MemberGate
 from peer.transport.base import RecvFrame, Transport, TransportError
+from peer.transport.lanes import SendLanes
 
 logger = logging.getLogger(__name__)
 UNARY_TENSOR_BYTES = 1024 * 1024
@@ -40,6 +41,7 @@ class RpcClient:
     def __init__(self, transport: Transport, unary_tensor_bytes: int = UNARY_TENSOR_BYTES,
                  chunk_bytes: int = DEFAULT_CHUNK_BYTES):
         self.transport = transport
+        self.lanes = SendLanes(transport)
         self.unary_tensor_bytes = unary_tensor_bytes
         self.chunk_bytes = chunk_bytes
 
@@ -54,7 +56,7 @@ class RpcClient:
     async def call(self, peer: str, message: Any, timeout: float) -> Any:
         """Send `message`; return the decoded reply. Raises TransportError, RemoteError,
         or ProtocolError when the reply itself is malformed."""
-        frame = await self.transport.request(peer, self.frames_for(message), timeout)
+        frame = await self.lanes.request(peer, self.frames_for(message), timeout)
         reply = codec.decode(frame)
         if isinstance(reply, m.ErrorReply):
             raise RemoteError(peer, reply)
