@@ -9,8 +9,8 @@ time dominates compute.
 
 Both iterations carry the same tokens: the planner gives stage 0 N / path-length data nodes
 (2 for the full pipeline, 3 for SkipPipe with 12 nodes and 6 stages), so each strategy gets
-`--microbatches-per-iteration` / its data-node count microbatches per data node (12 in all by
-default). The full pipeline is DT-FM's: its partition gets the same search as SkipPipe's, and
+`--microbatches-per-iteration` / its data-node count microbatches per data node (24 in all by
+default: 12 per full-pipeline data node, 8 per SkipPipe one). The full pipeline is DT-FM's: its partition gets the same search as SkipPipe's, and
 each microbatch rides its data node's pipeline of replicas (coordinator/planner/pipelines.py).
 
 Defaults, and why: 6 stages, so that k = 1/3 skips 2 of 6 stages (with 5 a path keeps
@@ -18,14 +18,21 @@ ceil(2/3 * 5) = 4 of them: only 1/5 skipped); 12 nodes (2 per stage). Latencies 
 (--latency-scale): here every hop also pays ~60 ms of CPU-bound RPC and task overhead (12
 peer processes on 2 shared cores; coordinator/planner/costs.py LOCAL_SWARM_OVERHEADS), some 30x
 what a hop costs on dedicated machines, which would otherwise weigh as much as the geography.
+Bandwidths x0.02 (--bandwidth-scale): the tiny model's microbatch activation is 64 KiB (4 x 64
+tokens x 64 dims, float32), which the preset's 0.08-2 Gbit/s links carry in 0.3-7 ms, so links
+would be latency only. The paper's setting is LLaMA models of 500M+ parameters, whose microbatch
+activations are megabytes (one 1024-token sample of our 500m config is 2.5 MiB in bfloat16): at
+x0.02 our 64 KiB take as long as 3.2 MiB at the real bandwidths (7-330 ms), so transfers weigh
+against latency and compute as they do there. The replicas' gradient shares (200 KiB per stage)
+are scaled alike, which is still far lighter than a real stage's hundreds of MB.
 
 For each run: the mean iteration time (after `--warmup` iterations) and the coordinator's
 prediction for the schedule it published (coordinator/planner/steady.py: the simulated
 iteration plus its boundary, in steady state, with the local swarm's overheads, on the
 emulated links and the peers' advertised compute), with fidelity = predicted / measured.
 
-  python bench/swarm_vs_full.py [--nodes 12] [--stages 6] [--steps 12] [--microbatches-per-iteration 12]
-                                [--latency-scale 1.5] [--topology-seed 2]
+  python bench/swarm_vs_full.py [--nodes 12] [--stages 6] [--steps 12] [--microbatches-per-iteration 24]
+                                [--latency-scale 1.5] [--bandwidth-scale 0.02] [--topology-seed 2]
 Last line: RESULT ratio=<skippipe/full measured> sim_fidelity_full=<..> sim_fidelity_skippipe=<..>
 """
 import argparse
@@ -47,17 +54,27 @@ from protocol.topology import topology_to_json
 DIM, SEQ_LEN, SAMPLES = 64, 64, 4          # the tiny model, as the swarm runs it
 
 
+def positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nodes", type=int, default=12, help="peers (one per topology node)")
     p.add_argument("--stages", type=int, default=6)
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--warmup", type=int, default=2, help="first iterations left out of the mean")
-    p.add_argument("--microbatches-per-iteration", type=int, default=12,
+    p.add_argument("--microbatches-per-iteration", type=int, default=24,
                    help="microbatches in one iteration, for both strategies (a multiple of both data-node counts)")
     p.add_argument("--topology-seed", type=int, default=2)
-    p.add_argument("--latency-scale", type=float, default=1.5, help="multiply the preset's latencies (see above)")
-    p.add_argument("--bandwidth-scale", type=float, default=0.02, help="multiply the preset's bandwidths (see above)")
+    p.add_argument("--latency-scale", type=positive, default=1.5, help="multiply the preset's latencies (see above)")
+    p.add_argument("--bandwidth-scale", type=positive, default=0.02, help="multiply the preset's bandwidths (see above)")
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--keep", type=Path, help="keep topology, summaries and logs in this folder")
     p.add_argument("--log-level", default="WARNING", help="the swarm's log level (DEBUG: per-peer step times)")
@@ -131,7 +148,7 @@ def main() -> int:
           f"unmodelled_skippipe_s={skip['measured'] - skip['predicted']:.3f} "
           f"lost={full['lost'] + skip['lost']} nodes={args.nodes} stages={args.stages} "
           f"microbatches_full={full['per_iteration']:g} microbatches_skippipe={skip['per_iteration']:g} "
-          f"latency_scale={args.latency_scale:g}", flush=True)
+          f"latency_scale={args.latency_scale:g} bandwidth_scale={args.bandwidth_scale:g}", flush=True)
     return 0
 
 

@@ -11,7 +11,7 @@ from peer import hardware
 from peer.compute import device as devices
 from peer.compute import precision
 from peer.compute.host_buffers import DeviceIO
-from peer.compute.model import get_config
+from peer.compute.model import count_parameters, get_config
 from peer.compute.runner import StageRunner
 from peer.compute.stages import layer_ranges
 from peer.config import PeerConfig
@@ -63,7 +63,8 @@ class RuntimeFactory:
 
     def advert(self, peer_id: str, maddrs: tuple[str, ...]) -> PeerAdvert:
         m, spec = self.model, self.spec
-        params_per_layer = 4 * m.dim * m.dim + 3 * m.dim * m.ffn_hidden  # attention (upper bound) + SwiGLU
+        params_per_layer = count_parameters(m, layers=1, with_embed_head=False)   # what a share carries
+        stage0_extra = count_parameters(m, layers=0, with_embed_head=True)        # embedding, norm, head
         start, end = (0, 0)
         if self.config.stage >= 0:
             start, end = layer_ranges(m.n_layers, spec.num_stages, spec.stage_sizes)[self.config.stage]
@@ -73,7 +74,8 @@ class RuntimeFactory:
             stage=self.config.stage, layer_start=start, layer_end=end,
             memory_microbatches=self.config.max_activations, maddrs=maddrs, public_name=self.config.public_name,
             num_layers=m.n_layers, activation_bytes_per_sample=spec.seq_len * m.dim * BYTES_PER_FLOAT,
-            param_bytes_per_layer=params_per_layer * BYTES_PER_FLOAT)
+            param_bytes_per_layer=params_per_layer * BYTES_PER_FLOAT,
+            stage0_extra_param_bytes=stage0_extra * BYTES_PER_FLOAT)
 
     def make_runner(self, stage: int) -> StageRunner:
         if not 0 <= stage < self.spec.num_stages:

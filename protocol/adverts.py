@@ -35,6 +35,7 @@ class PeerAdvert:
     num_layers: int = 0
     activation_bytes_per_sample: int = 0
     param_bytes_per_layer: int = 0
+    stage0_extra_param_bytes: int = 0  # stage 0's embedding, final norm and head, beyond its layers
     member_proof: bytes = b""         # HMAC(join key, run, peer_id) when the run needs a join key
     reachability: str = ""            # the peer's start-up self-test verdict (peer/reachability.py)
 

@@ -30,6 +30,7 @@ class Workload:
     backward_ratio: float = 1.5               # backward time / forward time
     head_fraction: float = 0.25               # head + loss time / one layer's forward (per sample)
     param_bytes_per_layer: int = 0            # for the replica-averaging cost; 0 = ignore
+    stage0_extra_param_bytes: int = 0         # stage 0's embedding + head, beyond its layers
 
     def __post_init__(self):
         for name in ("num_layers", "num_stages", "microbatch_samples",
@@ -37,6 +38,7 @@ class Workload:
             _positive(name, getattr(self, name))
         _positive("activation_bytes_per_sample", self.activation_bytes_per_sample, allow_zero=True)
         _positive("param_bytes_per_layer", self.param_bytes_per_layer, allow_zero=True)
+        _positive("stage0_extra_param_bytes", self.stage0_extra_param_bytes, allow_zero=True)
         _positive("backward_ratio", self.backward_ratio)
         _positive("head_fraction", self.head_fraction, allow_zero=True)
         if self.num_stages > self.num_layers:

@@ -6,7 +6,8 @@
 - head + loss on the origin: head_fraction x one layer's forward for the microbatch (+ task_s)
 - transfer a -> b: latency + activation_bytes_per_sample * microbatch_samples / bandwidth
   (+ overheads.hop_s; the same bytes for the activation going forward and its gradient back)
-- replica averaging of a stage: every replica sends its gradients (param_bytes of the stage)
+- replica averaging of a stage: every replica sends its gradients (param_bytes of the stage:
+  its layers, plus the embedding and head on stage 0)
   to every other one directly and steps once it has all the others' (it does not wait for the
   acks of its own, peer/pipeline/averaging.py): the slowest pair's bytes / bandwidth + latency
   (+ hop_s); zero for one replica or param_bytes_per_layer=0.
@@ -89,6 +90,7 @@ class CostModel:
         self.bwd_list = self.bwd.tolist()
         self.head_list = self.head.tolist()
         self.param_bytes_per_layer = w.param_bytes_per_layer
+        self.stage0_extra_param_bytes = w.stage0_extra_param_bytes
 
     def transfer(self, a: int, b: int) -> float:
         return self.xfer_list[a][b]
@@ -98,7 +100,8 @@ class CostModel:
         return 0.0 if a == b else self.bytes / float(self.bandwidth[a, b])
 
     def stage_param_bytes(self, stage: int) -> float:
-        return float(self.param_bytes_per_layer * self.layers[stage])
+        extra = self.stage0_extra_param_bytes if stage == 0 and self.param_bytes_per_layer else 0
+        return float(self.param_bytes_per_layer * self.layers[stage] + extra)
 
     def share(self, stage: int, a: int, b: int) -> float:
         """Replica a's gradient share of `stage` arriving at replica b (one request)."""

@@ -39,6 +39,15 @@ def test_averaging_cost():
     assert CostModel(two_nodes()).averaging(0, [0, 1]) == 0.0
 
 
+def test_stage_zero_shares_carry_the_embedding_and_head_too():
+    import dataclasses
+    topo = two_nodes(param=1000)
+    topo = dataclasses.replace(topo, workload=dataclasses.replace(topo.workload, stage0_extra_param_bytes=500))
+    c = CostModel(topo)
+    assert c.stage_param_bytes(0) == 3 * 1000 + 500 and c.stage_param_bytes(1) == 3 * 1000
+    assert c.share(0, 0, 1) - c.share(1, 0, 1) == pytest.approx(500 / (0.5 * 2**30))
+
+
 @pytest.mark.parametrize("stages,k,expected", [(6, 1 / 3, 4), (6, 0.0, 6), (6, 0.5, 3), (4, 0.25, 3),
                                                (24, 0.25, 18), (3, 0.99, 1), (6, 2 / 3, 2)])
 def test_path_length_guards_float_error(stages, k, expected):
