@@ -1,6 +1,7 @@
 """`skippipe-swarm`: a whole local swarm (coordinator + N peers) on this machine, on 127.0.0.1."""
 import argparse
 import asyncio
+import collections
 import json
 import logging
 import math
@@ -133,9 +134,7 @@ def main_epoch(summaries: list[IterationSummary]) -> int | None:
     """The epoch most iterations ran under (the later one on a tie). Its schedule is the one
     to compare with what was measured: peers leaving at the end of a run trigger re-plans
     whose schedules never ran."""
-    counts: dict[int, int] = {}
-    for s in summaries:
-        counts[s.epoch] = counts.get(s.epoch, 0) + 1
+    counts = collections.Counter(s.epoch for s in summaries)
     return max(counts, key=lambda e: (counts[e], e)) if counts else None
 
 
@@ -144,17 +143,16 @@ def ran_schedule(app, summaries: list[IterationSummary]):
     return next((s for s in app.schedules if s.epoch == epoch), app.schedule)
 
 
-def write_plan_files(app, summaries: list[IterationSummary], summary_json: Path) -> None:
+def write_plan_files(schedule, topology, summary_json: Path) -> None:
     """The schedule most iterations ran (ran_schedule) and the topology of the last plan,
     next to the summary (S.json -> S.schedule.json, S.topology.json): the simulator can then be
     re-run on what was measured."""
-    schedule = ran_schedule(app, summaries)
-    if schedule is None or app.topology is None:
+    if schedule is None or topology is None:
         return
     from protocol.schedule import schedule_to_json
     from protocol.topology import topology_to_json
     summary_json.with_suffix(".schedule.json").write_text(schedule_to_json(schedule))
-    summary_json.with_suffix(".topology.json").write_text(topology_to_json(app.topology))
+    summary_json.with_suffix(".topology.json").write_text(topology_to_json(topology))
 
 
 async def run_swarm(args) -> int:
@@ -237,7 +235,7 @@ async def run_swarm(args) -> int:
               f"banned: {summary['banned'] or 'none'}", flush=True)
     if args.summary_json:
         args.summary_json.write_text(json.dumps(summary, indent=1))
-        write_plan_files(app, app.summaries, args.summary_json)
+        write_plan_files(ran, app.topology, args.summary_json)
     finished = summary["last_iteration"] == args.steps - 1
     if not args.logs_dir and finished:
         shutil.rmtree(logs, ignore_errors=True)
