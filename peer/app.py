@@ -106,6 +106,7 @@ class PeerApp:
             me, spec, self.rpc, self.book, runtime.make_runner, runtime.batch,
             WorkerSettings(max_activations=cfg.max_activations, rpc_timeout_s=cfg.rpc_timeout_s,
                            iteration_timeout_s=cfg.iteration_timeout_s, spot_check_rate=cfg.spot_check_rate,
+                           share_dtype=cfg.share_dtype,
                            # emulated links delay every heartbeat by up to two latencies
                            ping_timeout_s=1.5 + 2 * (self.emulation.max_latency_s if self.emulation else 0.0)),
             on_iteration=self._on_iteration, checkpoints=checkpoints)

@@ -86,6 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="GPU memory this peer may use, e.g. 12GB (default: the whole GPU); reserved at start")
     p.add_argument("--wire-dtype", choices=WIRE_CHOICES, default="auto",
                    help="dtype of activations sent to other peers (default auto: bfloat16 on GPU, float32 on CPU)")
+    p.add_argument("--share-dtype", choices=("float16", "float32"), default="float16",
+                   help="dtype of the gradients replicas of a stage exchange each iteration (default float16: "
+                        "half the bytes; a vector float16 cannot hold goes as float32; all replicas still end "
+                        "bit-identical)")
     p.add_argument("--initial-peers", nargs="+", required=True, metavar="MADDR",
                    help="multiaddr(s) of a running coordinator or peer, as printed by skippipe-coordinator")
     p.add_argument("--run", type=run_name, default="default", help="training run to join (default: default)")
@@ -166,7 +170,8 @@ def config_from_args(args: argparse.Namespace) -> PeerConfig:
         identity_path=args.identity, join_key_path=args.join_key, max_requests_per_s=args.max_requests_per_s,
         fault=args.fault, metrics_port=args.metrics_port, metrics_host=args.metrics_host,
         topology=args.topology, node_id=args.node_id, node_map=args.node_map,
-        max_vram_bytes=args.max_vram, wire_dtype=args.wire_dtype, spot_check_rate=args.spot_check_rate,
+        max_vram_bytes=args.max_vram, wire_dtype=args.wire_dtype, share_dtype=args.share_dtype,
+        spot_check_rate=args.spot_check_rate,
     )
 
 

@@ -20,6 +20,7 @@ from peer.progress import Progress
 
 logger = logging.getLogger("skippipe.peer")
 BYTES_PER_FLOAT = 4
+SHARE_BYTES = {"float32": 4, "float16": 2}   # per parameter in a gradient share (--share-dtype)
 
 
 class RuntimeFactory:
@@ -64,6 +65,7 @@ class RuntimeFactory:
     def advert(self, peer_id: str, maddrs: tuple[str, ...]) -> PeerAdvert:
         m, spec = self.model, self.spec
         params_per_layer = count_parameters(m, layers=1, with_embed_head=False)   # what a share carries
+        share_bytes = SHARE_BYTES[self.config.share_dtype]
         stage0_extra = count_parameters(m, layers=0, with_embed_head=True)        # embedding, norm, head
         start, end = (0, 0)
         if self.config.stage >= 0:
@@ -74,8 +76,8 @@ class RuntimeFactory:
             stage=self.config.stage, layer_start=start, layer_end=end,
             memory_microbatches=self.config.max_activations, maddrs=maddrs, public_name=self.config.public_name,
             num_layers=m.n_layers, activation_bytes_per_sample=spec.seq_len * m.dim * BYTES_PER_FLOAT,
-            param_bytes_per_layer=params_per_layer * BYTES_PER_FLOAT,
-            stage0_extra_param_bytes=stage0_extra * BYTES_PER_FLOAT)
+            param_bytes_per_layer=params_per_layer * share_bytes,
+            stage0_extra_param_bytes=stage0_extra * share_bytes)
 
     def make_runner(self, stage: int) -> StageRunner:
         if not 0 <= stage < self.spec.num_stages:

@@ -39,30 +39,39 @@ class PartitionScore:
     def __init__(self, cost: CostModel, length: int, microbatches: int, pipelines: bool = False):
         self.c, self.m, self.pipelines = cost, microbatches, pipelines
         s = len(cost.layers)
+        self.stages = np.arange(s)
         self.share = (length - 1) / max(1, s - 1)
         self.fb = cost.fwd + cost.bwd                                  # [node, stage]
         self.stage0 = cost.fwd[:, 0] + cost.bwd[:, 0] + cost.head
         self.waves = np.array([math.ceil(microbatches / m) for m in cost.memory], dtype=float)
+        # [stage, a, b]: replica a's share of the stage arriving at b (CostModel.share), 0 on
+        # the diagonal and for stages without parameters; the score is called thousands of
+        # times, so the pairs are priced once here
+        n = cost.num_nodes
+        self.pair_share = np.zeros((s, n, n))
+        for st in range(s):
+            if cost.stage_param_bytes(st) > 0:
+                self.pair_share[st] = [[cost.share(st, a, b) for b in range(n)] for a in range(n)]
 
     def __call__(self, stage_of: np.ndarray) -> float:
-        c, s = self.c, len(self.c.layers)
-        origins = np.flatnonzero(stage_of == 0)
+        members = stage_of[None, :] == self.stages[:, None]            # [stage, node]
+        origins = np.flatnonzero(members[0])
         own = self.fb[np.arange(len(stage_of)), stage_of]              # node's work on its stage
         trip = self.stage0[origins] + (self._chains(stage_of, origins, own) if self.pipelines else
-                                       self._detours(stage_of, origins, own))
+                                       self._detours(members, origins, own))
         bound = float(self.m * self.stage0[origins].max())
-        visits = len(origins) * self.m * self.share
-        avg = c.averaging(0, origins.tolist())
-        for st in range(1, s):
-            members = np.flatnonzero(stage_of == st)
-            bound = max(bound, visits / float((1.0 / own[members]).sum()))
-            avg = max(avg, c.averaging(st, members.tolist()))
+        speed = (members[1:] / own[None, :]).sum(axis=1)               # stages >= 1: summed replica speed
+        if len(speed):
+            bound = max(bound, len(origins) * self.m * self.share / float(speed.min()))
+        same_stage = members[:, :, None] & members[:, None, :]
+        avg = float(np.where(same_stage, self.pair_share, 0.0).max())  # the slowest stage's exchange
         waves = trip * self.waves[origins]
         return max(bound, float(waves.max())) + 0.1 * float(waves.mean()) + avg
 
-    def _detours(self, stage_of: np.ndarray, origins: np.ndarray, own: np.ndarray) -> np.ndarray:
-        detour = self.c.round_trip[origins] + own[None, :]
-        return sum(self.share * detour[:, stage_of == st].min(axis=1) for st in range(1, len(self.c.layers)))
+    def _detours(self, members: np.ndarray, origins: np.ndarray, own: np.ndarray) -> np.ndarray:
+        detour = self.c.round_trip[origins] + own[None, :]              # [origin, node]
+        nearest = np.where(members[1:, None, :], detour[None, :, :], np.inf).min(axis=2)   # [stage, origin]
+        return self.share * nearest.sum(axis=0)
 
     def _chains(self, stage_of: np.ndarray, origins: np.ndarray, own: np.ndarray) -> np.ndarray:
         """Per origin: its slowest microbatch's round trip along its pipeline (pipelines.py)."""

@@ -107,3 +107,27 @@ def test_worker_still_serves_after_bad_input(setup):
     for _ in range(20):
         expect_error(network, m.ForwardRequest(header(), activation(fill=float("nan"))), ErrorCode.NON_FINITE)
     assert isinstance(call(network, "p0", m.ForwardRequest(header(), activation())), m.ForwardReply)
+
+
+def test_gradient_shares_arrive_as_float32_from_float16_and_other_dtypes_are_refused():
+    network, book = MemoryNetwork(), ScheduleBook()
+    book.add(make_schedule("t", {"p0": 0, "p1": 1, "p2": 1}, {0: ["p0", "p1"]}, epoch=3))
+    worker = PipelineWorker("p1", SPEC, RpcClient(network.transport("p1")), book,
+                            make_runner=lambda s: StageRunner.from_spec(SPEC, s), batch=None,
+                            settings=WorkerSettings())
+    worker.runner, worker.stage = StageRunner.from_spec(SPEC, 1), 1
+    server = RpcServer()
+
+    async def no_refresh():
+        return None
+    WorkHandlers(worker, no_refresh).register(server)
+    asyncio.run(network.transport("p1").serve(server.handle))
+    n = worker.runner.num_parameters()
+    sent = torch.randn(n)
+
+    def share(dtype):
+        return m.GradientShare("t", 3, 0, 1, 4, tensor_codec.encode(sent.to(dtype)))
+    assert isinstance(call(network, "p2", share(torch.float16)), m.GradientShareAck)
+    got = asyncio.run(worker.shares.collect(0, 1, {"p2"}, timeout=1.0))
+    assert got["p2"].vector.dtype == torch.float32 and torch.equal(got["p2"].vector, sent.half().float())
+    expect_error(network, share(torch.bfloat16), ErrorCode.BAD_TENSOR, sender="p2")

@@ -117,3 +117,31 @@ def test_combine_is_the_same_sum_in_any_arrival_order():
     partial = combine({p: parts[p] for p in "ab"}, ["a", "b", "c"])
     assert partial.missing == ("c",) and partial.samples == parts["a"].samples + parts["b"].samples
     assert torch.allclose(partial.vector, parts["a"].vector + parts["b"].vector)
+
+
+def test_float16_shares_halve_the_bytes_and_every_replica_adds_what_travelled():
+    from peer.compute import tensor_codec
+    from peer.pipeline.averaging import encode_share
+    torch.manual_seed(0)
+    vectors = {p: torch.randn(1000) * 1e-2 for p in ("a", "b", "c")}
+    exact = {p: encode_share(v, "float32") for p, v in vectors.items()}
+    half = {p: encode_share(v, "float16") for p, v in vectors.items()}
+    assert all(len(half[p][0].data) * 2 == len(exact[p][0].data) for p in vectors)
+    assert all(torch.equal(exact[p][1], vectors[p]) for p in vectors)        # float32: our exact vector
+    # what each replica adds for itself is what the others decode from its share...
+    sums = []
+    for me in vectors:
+        contributions = {p: Contribution(half[p][1] if p == me else
+                                         tensor_codec.decode(half[p][0], cast_to=torch.float32), 1)
+                         for p in vectors}
+        sums.append(combine(contributions, list(vectors)).vector)
+    assert all(torch.equal(s, sums[0]) for s in sums)                       # ...so all stay identical
+    assert torch.allclose(sums[0], sum(vectors.values()), rtol=0, atol=1e-4)  # and close to the exact sum
+    assert not torch.equal(half["a"][1], vectors["a"])                       # (it was rounded)
+
+
+def test_a_vector_float16_cannot_hold_travels_as_float32():
+    from peer.pipeline.averaging import encode_share
+    v = torch.tensor([1.0, 1e6, -3.0])
+    payload, vector = encode_share(v, "float16")
+    assert payload.dtype == "float32" and torch.equal(vector, v)

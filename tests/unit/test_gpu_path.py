@@ -238,17 +238,20 @@ def test_isolated_probe_reports_through_a_child_process():
             devices._probe_isolated(10 ** 6)
 
 
-def test_advertised_parameter_bytes_are_what_each_stage_really_shares(tmp_path):
-    """The planner prices replica averaging from the advert: per layer, plus stage 0's extras."""
+@pytest.mark.parametrize("share_dtype,bytes_per_param", [("float32", 4), ("float16", 2)])
+def test_advertised_parameter_bytes_are_what_each_stage_really_shares(tmp_path, share_dtype, bytes_per_param):
+    """The planner prices replica averaging from the advert: per layer, plus stage 0's extras,
+    in the bytes a share carries per parameter (--share-dtype)."""
     from peer.compute.model import module_parameters
     from peer.config import PeerConfig
     from peer.runtime import RuntimeFactory
     from protocol.messages import RunSpec
     spec = RunSpec(run="t", model="tiny", num_stages=3, skip_ratio=0.0, microbatch_samples=B, seq_len=T)
-    rt = RuntimeFactory(spec, PeerConfig(initial_peers=("x",), benchmark=False, cache_dir=tmp_path))
+    rt = RuntimeFactory(spec, PeerConfig(initial_peers=("x",), benchmark=False, cache_dir=tmp_path,
+                                         share_dtype=share_dtype))
     ad = rt.advert("peer", ())
     layers = CFG.n_layers // 3
     for stage in range(3):
-        params = module_parameters(rt.make_runner(stage).module) * 4
+        params = module_parameters(rt.make_runner(stage).module) * bytes_per_param
         expected = ad.param_bytes_per_layer * layers + (ad.stage0_extra_param_bytes if stage == 0 else 0)
         assert params == expected, stage
