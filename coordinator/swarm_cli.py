@@ -155,6 +155,28 @@ def write_plan_files(schedule, topology, summary_json: Path) -> None:
     summary_json.with_suffix(".topology.json").write_text(topology_to_json(topology))
 
 
+def log_tail(path: Path, lines: int = 8) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError as exc:
+        return f"(cannot read it: {exc})"
+
+
+async def startup_failure(peers, app, logs: Path, coordinator: asyncio.Task, deadline: float,
+                          poll_s: float = 0.5) -> str | None:
+    """Until the first schedule is out: why the swarm cannot start, if a peer process exited
+    (the planner waits for every peer, so it would otherwise wait out --timeout). None once
+    planned, or when the coordinator ends or `deadline` (monotonic) passes first."""
+    while app.schedule is None and not coordinator.done() and time.monotonic() < deadline:
+        for i, p in enumerate(peers):
+            if p.poll() is not None:
+                log = logs / f"peer{i}.log"
+                return (f"peer {i} exited with code {p.returncode} before the swarm started; "
+                        f"the end of {log}:\n{log_tail(log)}")
+        await asyncio.sleep(poll_s)
+    return None
+
+
 async def run_swarm(args) -> int:
     from coordinator.app import CoordinatorApp  # hivemind: only once the flags are valid
     from coordinator.cli import hivemind_logs_as
@@ -215,7 +237,11 @@ async def run_swarm(args) -> int:
                 if i in args.faults:
                     peer_args += ["--fault", args.faults[i]]
             peers.append(start_peer(peer_args, logs / f"peer{i}.log"))
-        await asyncio.wait_for(asyncio.shield(coordinator), timeout=args.timeout)
+        failure = await startup_failure(peers, app, logs, coordinator, started + args.timeout)
+        if failure:
+            print(f"skippipe-swarm: error: {failure}", file=sys.stderr)
+        else:
+            await asyncio.wait_for(asyncio.shield(coordinator), timeout=max(0.0, started + args.timeout - time.monotonic()))
     except TimeoutError:
         print(f"skippipe-swarm: error: the run did not finish within {args.timeout:.0f}s; peer logs are in {logs}",
               file=sys.stderr)
