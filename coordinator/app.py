@@ -191,9 +191,11 @@ class CoordinatorApp:
             topology = to_topology(snapshot, self.spec, {p: s for p, s in pinned.items() if p in snapshot.online})
             topology = self.adjust_topology(topology)
             t0 = time.perf_counter()
-            schedule = plan(topology, PlanConfig(strategy=self.config.strategy, skip_ratio=self.spec.skip_ratio,
-                                                 run=self.spec.run, epoch=epoch, overheads=self.config.overheads),
-                            self.config.seed + epoch)
+            config = PlanConfig(strategy=self.config.strategy, skip_ratio=self.spec.skip_ratio,
+                                run=self.spec.run, epoch=epoch, overheads=self.config.overheads)
+            # seconds of CPU for a dozen peers: off the event loop, which keeps serving the
+            # DHT, progress reports and the status page meanwhile
+            schedule = await asyncio.to_thread(plan, topology, config, self.config.seed + epoch)
         except (NotPlannable, PlanningError) as exc:
             logger.warning("cannot plan yet: %s", exc)
             return

@@ -39,13 +39,15 @@ class PlannerConfig:
     data_nodes: int = 0                  # stage-0 (data) node count; 0 = auto (N / path length)
     beam_width: int = 6                  # partial paths kept per step of the path search
     candidates_per_stage: int = 5        # replicas of a stage tried per expansion
-    restarts: int = 3                    # extra path-planning passes scored by the simulator
-    partition_iters: int = 0             # local-search steps for the partition; 0 = auto
-    partitions: int = 3                  # candidate partitions, each planned and simulated
+    restarts: int = 3                    # extra path-planning passes for each finalist partition
+    partition_iters: int = 0             # annealing steps per partition; 0 = auto (partition.py)
+    partitions: int = 48                 # candidate partitions, each planned once and simulated
+    finalists: int = 3                   # best candidates planned again with the restarts (SkipPipe)
 
     def __post_init__(self):
         for name in ("max_swaps", "max_swap_distance", "max_total_swap_distance", "max_jump",
-                     "balance_slack", "data_nodes", "restarts", "partition_iters", "partitions"):
+                     "balance_slack", "data_nodes", "restarts", "partition_iters", "partitions",
+                     "finalists"):
             if getattr(self, name) < 0:
                 raise PlanningError(f"planner config {name} must be >= 0")
         if self.beam_width < 1 or self.candidates_per_stage < 1:

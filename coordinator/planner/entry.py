@@ -5,7 +5,7 @@ import random
 from coordinator.planner.baselines import full_paths, random_skip_paths
 from coordinator.planner.config import PlanConfig, PlanningError
 from coordinator.planner.costs import CostModel
-from coordinator.planner.partition import data_node_count, partition
+from coordinator.planner.partition import auto_partition_iters, data_node_count, partition
 from coordinator.planner.paths import PathPlanner
 from coordinator.planner.rules import path_length
 from coordinator.planner.steady import predict
@@ -64,10 +64,10 @@ def _with_prediction(schedule: Schedule, topology: Topology, cost: CostModel) ->
     return dataclasses.replace(schedule, predicted_iteration_s=p.iteration_s), p.iteration_s, p.memory_overflows
 
 
-def _skippipe(topology, config, cost, stage_of, length, rng, seed) -> Schedule:
+def _skippipe(topology, config, cost, stage_of, length, rng, seed, restarts: int) -> Schedule:
     cfg, m = config.planner, topology.workload.microbatches_per_data_node
     best, best_key = None, (True, float("inf"))       # (overflows memory, predicted s)
-    for attempt in range(cfg.restarts + 1):
+    for attempt in range(restarts + 1):
         mbs = _microbatches(stage_of, m, rng if attempt else None)
         planner = PathPlanner(cost, stage_of, length, cfg, len(mbs))
         paths, node_tasks = [], {}
@@ -98,15 +98,23 @@ def plan(topology: Topology, config: PlanConfig | None = None, rng_or_seed=0) ->
     length = path_length(w.num_stages, config.skip_ratio)
     pinned0 = sum(1 for n in topology.nodes if n.stage == 0)
     d = data_node_count(len(topology.nodes), w.num_stages, length, pinned0, cfg.data_nodes)
-    # Every strategy gets the same search: several annealed partitions, each planned and
-    # simulated; the best schedule wins (a baseline searched less would flatter SkipPipe).
-    def one() -> Schedule:
-        if config.strategy == "skippipe":
-            return _skippipe(topology, config, cost, partition(cost, length, d, cfg.partition_iters, rng),
-                             length, rng, seed)
-        stage_of = partition(cost, w.num_stages, d, cfg.partition_iters, rng, pipelines=config.strategy == "full")
-        return _baseline(topology, config, cost, stage_of, length, rng, seed)
-    return min((one() for _ in range(max(1, cfg.partitions))), key=lambda sc: sc.predicted_iteration_s)
+    # Every strategy gets the same search: many short annealing runs, each partition planned
+    # and simulated; the best schedule wins (a baseline searched less would flatter SkipPipe).
+    # Many short runs beat a few long ones: the annealing score is only a rough guide to the
+    # simulated time, so what pays is simulating many different partitions.
+    iters = cfg.partition_iters or auto_partition_iters(len(topology.nodes), cfg.partitions)
+    skippipe = config.strategy == "skippipe"
+    parts = [partition(cost, length if skippipe else w.num_stages, d, iters, rng, pipelines=config.strategy == "full")
+             for _ in range(max(1, cfg.partitions))]
+    if not skippipe:
+        return min((_baseline(topology, config, cost, so, length, rng, seed) for so in parts),
+                   key=lambda sc: sc.predicted_iteration_s)
+    # one path-planning pass ranks the partitions; only the best few get the restarts
+    quick = [_skippipe(topology, config, cost, so, length, rng, seed, 0) for so in parts]
+    ranked = sorted(range(len(parts)), key=lambda i: quick[i].predicted_iteration_s)[:max(1, cfg.finalists)]
+    finals = [quick[i] if cfg.restarts == 0 else _skippipe(topology, config, cost, parts[i], length, rng, seed,
+                                                           cfg.restarts) for i in ranked]
+    return min(finals, key=lambda sc: sc.predicted_iteration_s)
 
 
 def _baseline(topology, config, cost, stage_of, length, rng, seed) -> Schedule:

@@ -86,6 +86,13 @@ class PartitionScore:
         return np.array([trip[int(o)] for o in origins])
 
 
+def auto_partition_iters(num_nodes: int, partitions: int) -> int:
+    """Annealing steps per run when not configured: the budget three partitions of 60000 / N
+    steps (400-4000) used to get, shared by `partitions` runs, at least 200 each."""
+    budget = 3 * max(400, min(4000, 60000 // max(1, num_nodes)))
+    return max(200, budget // max(1, partitions))
+
+
 def _initial(n: int, s: int, d: int, pinned: list[int], rng: random.Random) -> np.ndarray:
     stage_of = np.array(pinned, dtype=int)
     free = [i for i in range(n) if pinned[i] < 0]
@@ -128,7 +135,7 @@ def partition(cost: CostModel, length: int, data_nodes: int, iters: int, rng: ra
     score = PartitionScore(cost, length, topo.workload.microbatches_per_data_node, pipelines)
     free = [i for i in range(n) if pinned[i] < 0]
     best, best_score = None, math.inf
-    iters = iters or max(400, min(4000, 60000 // max(1, n)))
+    iters = iters or auto_partition_iters(n, 3)
     for _ in range(2):                                # two annealing runs, keep the better
         cur = _initial(n, s, data_nodes, pinned, rng)
         cur_score = score(cur)
