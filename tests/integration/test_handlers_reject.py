@@ -21,11 +21,11 @@ SPEC = m.RunSpec(run="t", model="tiny", num_stages=2, skip_ratio=0.0, microbatch
 SCHEDULE = make_schedule("t", {"p0": 0, "p1": 1}, {0: ["p0", "p1"]}, epoch=3)
 
 
-@pytest.fixture
-def setup():
+def serve_p1(schedule):
+    """Peer p1 hosting stage 1 under `schedule`, serving the real handlers in memory."""
     network = MemoryNetwork()
     book = ScheduleBook()
-    book.add(SCHEDULE)
+    book.add(schedule)
     worker = PipelineWorker("p1", SPEC, RpcClient(network.transport("p1")), book,
                             make_runner=lambda s: StageRunner.from_spec(SPEC, s), batch=None,
                             settings=WorkerSettings())
@@ -37,6 +37,11 @@ def setup():
     WorkHandlers(worker, no_refresh).register(server)
     asyncio.run(network.transport("p1").serve(server.handle))
     return network, worker
+
+
+@pytest.fixture
+def setup():
+    return serve_p1(SCHEDULE)
 
 
 def activation(shape=(2, 8, 64), fill=None):
@@ -110,18 +115,7 @@ def test_worker_still_serves_after_bad_input(setup):
 
 
 def test_gradient_shares_arrive_as_float32_from_float16_and_other_dtypes_are_refused():
-    network, book = MemoryNetwork(), ScheduleBook()
-    book.add(make_schedule("t", {"p0": 0, "p1": 1, "p2": 1}, {0: ["p0", "p1"]}, epoch=3))
-    worker = PipelineWorker("p1", SPEC, RpcClient(network.transport("p1")), book,
-                            make_runner=lambda s: StageRunner.from_spec(SPEC, s), batch=None,
-                            settings=WorkerSettings())
-    worker.runner, worker.stage = StageRunner.from_spec(SPEC, 1), 1
-    server = RpcServer()
-
-    async def no_refresh():
-        return None
-    WorkHandlers(worker, no_refresh).register(server)
-    asyncio.run(network.transport("p1").serve(server.handle))
+    network, worker = serve_p1(make_schedule("t", {"p0": 0, "p1": 1, "p2": 1}, {0: ["p0", "p1"]}, epoch=3))
     n = worker.runner.num_parameters()
     sent = torch.randn(n)
 
