@@ -32,6 +32,7 @@ from protocol import messages as m
 from peer.data import TextDataset, load_corpus
 from peer.evaluate import perplexity
 from peer.pipeline.checkpoint import CheckpointStore
+from peer.pipeline.worker import WorkerSettings
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for tests/
 from tests.integration.memory_swarm import run_memory_swarm  # noqa: E402
 
@@ -80,7 +81,8 @@ def train(args, k: float, train_set: TextDataset, held_out, folder: Path) -> dic
                      max_steps=args.steps)
     schedule = schedule_for(args, k)
     t0 = time.monotonic()
-    workers = asyncio.run(run_memory_swarm(spec, schedule, batch_fn(spec, train_set), timeout=3600))
+    workers = asyncio.run(run_memory_swarm(spec, schedule, batch_fn(spec, train_set), timeout=3600,
+                                           share_dtype=WorkerSettings.share_dtype))   # as real peers train
     origins = [w for w in workers.values() if w.stage == 0]
     curve = [sum(w.history[i].loss_sum for w in origins) / sum(w.history[i].samples for w in origins)
              for i in range(args.steps)]

@@ -58,9 +58,10 @@ def kill_hook(network: MemoryNetwork, peer: str, iteration: int, kind: str):
 
 
 async def build_memory_swarm(spec: m.RunSpec, schedule: Schedule, batch, timeout: float = 60.0,
-                             kill: dict[str, tuple[int, str]] | None = None):
+                             kill: dict[str, tuple[int, str]] | None = None, share_dtype: str = "float32"):
     """Workers (serving, not yet running) for every peer of `schedule`, and their network.
-    `kill`: peer -> (iteration, task kind) at which that peer dies."""
+    `kill`: peer -> (iteration, task kind) at which that peer dies. `share_dtype`: float32
+    (exact, so results can be compared with one process), or the peers' default float16."""
     network = MemoryNetwork()
     workers = {}
     for peer in schedule.stage_of():
@@ -70,7 +71,7 @@ async def build_memory_swarm(spec: m.RunSpec, schedule: Schedule, batch, timeout
         worker = PipelineWorker(
             peer, spec, RpcClient(transport), book,
             make_runner=lambda stage: RecordingRunner.from_spec(spec, stage, max_stash=16),
-            batch=batch, settings=WorkerSettings(iteration_timeout_s=timeout))
+            batch=batch, settings=WorkerSettings(iteration_timeout_s=timeout, share_dtype=share_dtype))
         if kill and peer in kill:
             worker.fault_hook = kill_hook(network, peer, *kill[peer])
         server = RpcServer()
@@ -84,9 +85,9 @@ async def build_memory_swarm(spec: m.RunSpec, schedule: Schedule, batch, timeout
 
 
 async def run_memory_swarm(spec: m.RunSpec, schedule: Schedule, batch, timeout: float = 60.0,
-                           kill: dict[str, tuple[int, str]] | None = None):
+                           kill: dict[str, tuple[int, str]] | None = None, share_dtype: str = "float32"):
     """Run every peer of `schedule` to spec.max_steps; killed peers vanish, the others carry on."""
-    _, workers = await build_memory_swarm(spec, schedule, batch, timeout, kill)
+    _, workers = await build_memory_swarm(spec, schedule, batch, timeout, kill, share_dtype)
     results = await asyncio.wait_for(asyncio.gather(*(w.run() for w in workers.values()),
                                                     return_exceptions=True), timeout)
     for peer, result in zip(workers, results):

@@ -1,6 +1,7 @@
 """The networked pipeline computes exactly what a single process computes (issue 4)."""
 import asyncio
 
+import pytest
 import torch
 
 from protocol import messages as m
@@ -25,9 +26,9 @@ def stage_grads_from_full(model: Decoder, stage: int) -> torch.Tensor:
     return torch.cat(vectors)
 
 
-def run(schedule, spec=SPEC):
+def run(schedule, spec=SPEC, share_dtype="float32"):
     batch, cache = batches_for(spec)
-    workers = asyncio.run(run_memory_swarm(spec, schedule, batch))
+    workers = asyncio.run(run_memory_swarm(spec, schedule, batch, share_dtype=share_dtype))
     return workers, cache
 
 
@@ -71,11 +72,12 @@ def test_skipped_and_reordered_routes_match_their_stage_order():
     assert workers["p3"].runner.stepped_with[1] == 4
 
 
-def test_replicas_average_to_identical_parameters():
+@pytest.mark.parametrize("share_dtype", ["float32", "float16"])
+def test_replicas_average_to_identical_parameters(share_dtype):
     stage_of = {"a0": 0, "b0": 0, "a1": 1, "b1": 1}
     paths = {0: ["a0", "a1"], 1: ["a0", "b1"], 2: ["b0", "b1"], 3: ["b0", "b1"]}
     spec = m.RunSpec(**{**SPEC.__dict__, "num_stages": 2})
-    workers, _ = run(make_schedule("t", stage_of, paths), spec)
+    workers, _ = run(make_schedule("t", stage_of, paths), spec, share_dtype)
     for a, b in (("a0", "b0"), ("a1", "b1")):
         assert torch.equal(workers[a].runner.parameter_vector(), workers[b].runner.parameter_vector())
         assert workers[a].runner.stepped_with[1] == 8  # all 8 samples, summed over replicas
