@@ -41,7 +41,7 @@ class PlannerConfig:
     candidates_per_stage: int = 5        # replicas of a stage tried per expansion
     restarts: int = 3                    # extra path-planning passes for each finalist partition
     partition_iters: int = 0             # annealing steps per partition; 0 = auto (partition.py)
-    partitions: int = 48                 # candidate partitions, each planned once and simulated
+    partitions: int = 0                  # candidate partitions, each planned once and simulated; 0 = auto
     finalists: int = 3                   # best candidates planned again with the restarts (SkipPipe)
 
     def __post_init__(self):

@@ -5,7 +5,7 @@ import random
 from coordinator.planner.baselines import full_paths, random_skip_paths
 from coordinator.planner.config import PlanConfig, PlanningError
 from coordinator.planner.costs import CostModel
-from coordinator.planner.partition import auto_partition_iters, data_node_count, partition
+from coordinator.planner.partition import auto_partition_iters, auto_partitions, data_node_count, partition
 from coordinator.planner.paths import PathPlanner
 from coordinator.planner.rules import path_length
 from coordinator.planner.steady import predict
@@ -102,10 +102,11 @@ def plan(topology: Topology, config: PlanConfig | None = None, rng_or_seed=0) ->
     # and simulated; the best schedule wins (a baseline searched less would flatter SkipPipe).
     # Many short runs beat a few long ones: the annealing score is only a rough guide to the
     # simulated time, so what pays is simulating many different partitions.
-    iters = cfg.partition_iters or auto_partition_iters(len(topology.nodes), cfg.partitions)
+    count = cfg.partitions or auto_partitions(len(topology.nodes))
+    iters = cfg.partition_iters or auto_partition_iters(len(topology.nodes), count)
     skippipe = config.strategy == "skippipe"
     parts = [partition(cost, length if skippipe else w.num_stages, d, iters, rng, pipelines=config.strategy == "full")
-             for _ in range(max(1, cfg.partitions))]
+             for _ in range(count)]
     if not skippipe:
         return min((_baseline(topology, config, cost, so, length, rng, seed) for so in parts),
                    key=lambda sc: sc.predicted_iteration_s)

@@ -86,6 +86,13 @@ class PartitionScore:
         return np.array([trip[int(o)] for o in origins])
 
 
+def auto_partitions(num_nodes: int) -> int:
+    """Candidate partitions when not configured: 48 up to 12 nodes, then fewer (576 / N, at
+    least 3), since each costs a path plan and a simulation that grow with the swarm: ~5-8 s
+    a plan on 12 nodes, ~25-50 s on 64 with 48 candidates."""
+    return max(3, min(48, 576 // max(1, num_nodes)))
+
+
 def auto_partition_iters(num_nodes: int, partitions: int) -> int:
     """Annealing steps per run when not configured: the budget three partitions of 60000 / N
     steps (400-4000) used to get, shared by `partitions` runs, at least 200 each."""

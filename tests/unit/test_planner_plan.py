@@ -63,7 +63,7 @@ def test_memory_one_regression_geo_5_nodes():
 
 def test_deterministic_for_a_seed():
     t = make_topology("geo", 20, random.Random(5))
-    a, b = plan(t, PlanConfig(), 7), plan(t, PlanConfig(), 7)      # the default config, all 3 partitions
+    a, b = plan(t, PlanConfig(), 7), plan(t, PlanConfig(), 7)      # the default config, its whole search
     assert a == b
     quick = PlanConfig(planner=PlannerConfig(partitions=1, restarts=1))
     assert plan(t, quick, random.Random(3)) == plan(t, quick, random.Random(3))
@@ -137,3 +137,11 @@ def test_bench_scale_is_fast():
     s = plan(t, PlanConfig(planner=PlannerConfig(partitions=1)), 1)
     assert time.perf_counter() - t0 < 20
     assert validate(s, t) == []
+
+
+def test_the_default_search_narrows_as_the_swarm_grows():
+    from coordinator.planner.partition import auto_partition_iters, auto_partitions
+    assert [auto_partitions(n) for n in (6, 12, 20, 64, 1000)] == [48, 48, 28, 9, 3]
+    # the annealing budget three long runs had, shared by the candidates
+    assert auto_partition_iters(12, 48) * 48 == 3 * 4000 and auto_partition_iters(12, 3) == 4000
+    assert auto_partition_iters(1000, 3) == 400 and auto_partition_iters(6, 48) == 250
