@@ -1,4 +1,6 @@
-"""Ready work, keyed by iteration, handed to the worker in planned order.
+"""Ready work, keyed by iteration, handed to the worker in planned order; tasks of equal
+priority in the order they arrived (first come first served, as the planner's simulator
+runs a node that has no planned order: coordinator/planner/simulate.py).
 
 Bounded: at most `max_items` tasks are buffered; beyond that senders get OVERLOADED and
 retry (back-pressure instead of unbounded memory).
@@ -17,6 +19,8 @@ class Inbox:
     def __init__(self, max_items: int = 256):
         self.max_items = max_items
         self._items: dict[tuple[int, TaskKey], Any] = {}
+        self._arrival: dict[tuple[int, TaskKey], int] = {}   # put order: ties go to the earliest
+        self._puts = 0
         self._changed = asyncio.Condition()
         self._poked = False
 
@@ -31,15 +35,18 @@ class Inbox:
             if (iteration, task) not in self._items and len(self._items) >= self.max_items:
                 raise InboxFull(f"{len(self._items)} tasks waiting")
             self._items[(iteration, task)] = payload
+            self._puts += 1
+            self._arrival[(iteration, task)] = self._puts
             self._changed.notify_all()
 
     async def take(self, iteration: int, allowed: Callable[[TaskKey], bool],
                    priority: Callable[[TaskKey], float], timeout: float) -> tuple[TaskKey, Any] | None:
-        """Remove and return the lowest-priority allowed task of `iteration`; None on timeout
-        or on a poke (the caller re-checks its state, e.g. whether the iteration is over)."""
+        """Remove and return the lowest-priority allowed task of `iteration` (of equal ones,
+        the first put); None on timeout or on a poke (the caller re-checks its state, e.g.
+        whether the iteration is over)."""
         def pick():
             ready = [t for (i, t) in self._items if i == iteration and allowed(t)]
-            return min(ready, key=priority) if ready else None
+            return min(ready, key=lambda t: (priority(t), self._arrival[(iteration, t)])) if ready else None
 
         async with self._changed:
             self._poked = False
@@ -51,6 +58,7 @@ class Inbox:
             task = pick()
             if task is None:
                 return None
+            del self._arrival[(iteration, task)]
             return task, self._items.pop((iteration, task))
 
     async def poke(self) -> None:
@@ -62,5 +70,5 @@ class Inbox:
     def drop_before(self, iteration: int) -> int:
         stale = [k for k in self._items if k[0] < iteration]
         for k in stale:
-            del self._items[k]
+            del self._items[k], self._arrival[k]
         return len(stale)

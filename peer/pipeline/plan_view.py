@@ -111,14 +111,20 @@ _SLOT = {Kind.ORIGIN_FORWARD: "F", Kind.FORWARD: "F", Kind.HEAD: "H", Kind.BACKW
          Kind.ORIGIN_BACKWARD: "B"}
 
 
+UNPLANNED = 1e9          # after every planned position
+
+
 def priority_of(task: TaskKey, planned: dict[tuple[int, str], float]) -> float:
     """Lower runs first. A HEAD the order does not list runs just before that microbatch's
-    backward; tasks the order does not mention run after all planned ones, oldest first."""
+    backward; tasks the order does not mention run after all planned ones, heads first (they
+    are short and unblock a backward chain), the rest all equal: the inbox then runs them in
+    the order they arrived, which is what the planner simulated for a node without an order
+    (running the lowest microbatch first instead measured 20% slower than planned)."""
     base = planned.get((task.microbatch_id, _SLOT[task.kind]))
     if base is None and task.kind == Kind.HEAD and (task.microbatch_id, "B") in planned:
         base = planned[(task.microbatch_id, "B")] - 0.5
     if base is None:
-        return 1e9 + task.microbatch_id * 10 + task.kind
+        return UNPLANNED - 1 if task.kind == Kind.HEAD else UNPLANNED
     return base
 
 

@@ -18,6 +18,19 @@ async def test_take_returns_the_lowest_priority_ready_task():
     assert len(box) == 2
 
 
+async def test_equal_priorities_go_in_the_order_they_arrived():
+    box = Inbox()
+    for mb in (5, 2, 9):
+        await box.put(0, TaskKey(mb, FWD, 1), mb)
+    await box.put(0, TaskKey(1, Kind.BACKWARD, 1), "backward")
+    order = [(await box.take(0, lambda t: True, lambda t: 0, 0.1))[1] for _ in range(4)]
+    assert order == [5, 2, 9, "backward"]               # not by microbatch id
+    box.drop_before(1)
+    await box.put(0, TaskKey(3, FWD, 1), 3)                # the bookkeeping survives a drop and reuse
+    await box.put(0, TaskKey(2, FWD, 1), 2)
+    assert (await box.take(0, lambda t: True, lambda t: 0, 0.1))[1] == 3
+
+
 async def test_take_times_out_when_nothing_is_ready():
     box = Inbox()
     await box.put(1, TaskKey(0, FWD, 1), "later")

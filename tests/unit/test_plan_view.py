@@ -132,14 +132,16 @@ def test_unlisted_head_runs_just_before_its_backward():
     assert planned[(0, "B")] < head < planned[(1, "B")]
 
 
-def test_unplanned_tasks_run_after_all_planned_ones_oldest_first():
+def test_unplanned_tasks_run_after_all_planned_ones_heads_first_the_rest_equal():
     planned = pv.priorities(SCHEDULE, "b")
     late = [TaskKey(9, Kind.FORWARD, 1), TaskKey(7, Kind.BACKWARD, 1), TaskKey(7, Kind.FORWARD, 1)]
     values = [pv.priority_of(t, planned) for t in late]
     assert min(values) > max(planned.values())
-    assert sorted(late, key=lambda t: pv.priority_of(t, planned)) == [late[2], late[1], late[0]]
-    # a head with neither an H nor a B entry is unplanned too
-    assert pv.priority_of(TaskKey(42, Kind.HEAD, 2), planned) > max(planned.values())
+    # equal: the inbox breaks the tie by arrival, as the simulator runs a node without an order
+    assert len(set(values)) == 1
+    # a head with neither an H nor a B entry is unplanned too, but goes before the other unplanned
+    head = pv.priority_of(TaskKey(42, Kind.HEAD, 2), planned)
+    assert max(planned.values()) < head < min(values)
 
 
 def test_replicas_origin_routes_and_data_shard():
