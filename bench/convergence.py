@@ -50,6 +50,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--share-dtype", choices=m.SHARE_DTYPES, default=WorkerSettings.share_dtype,
+                   help="gradient shares between replicas (default: the peers' default, %(default)s)")
     p.add_argument("--out", type=Path, help="folder for the plot and checkpoints (default: a temporary one)")
     return p.parse_args()
 
@@ -82,7 +84,7 @@ def train(args, k: float, train_set: TextDataset, held_out, folder: Path) -> dic
     schedule = schedule_for(args, k)
     t0 = time.monotonic()
     workers = asyncio.run(run_memory_swarm(spec, schedule, batch_fn(spec, train_set), timeout=3600,
-                                           share_dtype=WorkerSettings.share_dtype))   # as real peers train
+                                           share_dtype=args.share_dtype))
     origins = [w for w in workers.values() if w.stage == 0]
     curve = [sum(w.history[i].loss_sum for w in origins) / sum(w.history[i].samples for w in origins)
              for i in range(args.steps)]
@@ -147,7 +149,7 @@ def main() -> int:
           f"tokens={results[0]['tokens']} omit05_skip_ppl_all={e5['ppl_all']:.3f} "
           f"omit05_skip_ppl_random={e5['ppl_random_mean']:.3f} omit05_skip_ppl_worst={e5['ppl_worst']:.3f} "
           f"omit05_noskip_ppl_all={e0['ppl_all']:.3f} omit05_noskip_ppl_random={e0['ppl_random_mean']:.3f} "
-          f"omit05_noskip_ppl_worst={e0['ppl_worst']:.3f}", flush=True)
+          f"omit05_noskip_ppl_worst={e0['ppl_worst']:.3f} share_dtype={args.share_dtype}", flush=True)
     return 0
 
 

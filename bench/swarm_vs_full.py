@@ -49,6 +49,7 @@ from pathlib import Path
 from coordinator.planner.partition import data_node_count
 from coordinator.planner.presets import make_topology
 from coordinator.planner.rules import path_length
+from protocol.messages import SHARE_DTYPES
 from protocol.topology import topology_to_json
 
 DIM, SEQ_LEN, SAMPLES = 64, 64, 4          # the tiny model, as the swarm runs it
@@ -75,6 +76,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--topology-seed", type=int, default=2)
     p.add_argument("--latency-scale", type=positive, default=1.5, help="multiply the preset's latencies (see above)")
     p.add_argument("--bandwidth-scale", type=positive, default=0.02, help="multiply the preset's bandwidths (see above)")
+    p.add_argument("--share-dtype", choices=SHARE_DTYPES, default=None,
+                   help="the peers' --share-dtype (default: theirs)")
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--keep", type=Path, help="keep topology, summaries and logs in this folder")
     p.add_argument("--log-level", default="WARNING", help="the swarm's log level (DEBUG: per-peer step times)")
@@ -110,6 +113,8 @@ def run_swarm(args, topology: Path, folder: Path, strategy: str, skip: str, micr
            "--logs-dir", str(folder / f"logs-{strategy}"), "--timeout", str(args.timeout),
            "--log-level", args.log_level,
            "--announce-period", "5"]   # a shared 2-core box delays adverts: do not mistake that for churn
+    if args.share_dtype:
+        cmd += ["--share-dtype", args.share_dtype]
     print(f"== {strategy} (k={skip}): {' '.join(cmd[1:])}", flush=True)
     t0 = time.monotonic()
     proc = subprocess.run(cmd, timeout=args.timeout + 120)

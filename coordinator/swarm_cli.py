@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from protocol.errors import ProtocolError
+from protocol.messages import SHARE_DTYPES
 from protocol.topology import load_topology
 from protocol.cli_support import OneLineErrorParser, fail_usage, positive_int, skip_ratio
 from protocol.logsetup import add_logging_flags, setup_logging
@@ -70,6 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "activations). Peers then get stages round-robin (peer P hosts stage P mod --stages) "
                         "so you know whom you hit, and skip the layer benchmark (all equally fast to "
                         "the planner; --topology slowdowns still apply)")
+    p.add_argument("--share-dtype", choices=SHARE_DTYPES, default=None,
+                   help="every peer's --share-dtype: the gradients replicas exchange each iteration "
+                        "(default: the peers' own default)")
     p.add_argument("--spot-check-rate", type=float, default=0.0, metavar="F",
                    help="every peer's --spot-check-rate: share of forwards recomputed on another replica "
                         "(default: 0, off)")
@@ -219,6 +223,8 @@ async def run_swarm(args) -> int:
                 peer_args += ["--checkpoint-dir", str(args.checkpoint_dir)]
             if args.spot_check_rate:
                 peer_args += ["--spot-check-rate", str(args.spot_check_rate)]
+            if args.share_dtype:
+                peer_args += ["--share-dtype", args.share_dtype]
             if args.join_key:
                 peer_args += ["--join-key", str(args.join_key)]
             if emulated:

@@ -13,7 +13,7 @@ class PeerConfig:
     device: str = "cpu"                       # "cpu" or "cuda:N"
     max_vram_bytes: int = 0                   # --max-vram: cap on GPU memory; 0 = the whole GPU
     wire_dtype: str = "auto"                  # activations on the wire; auto = compute dtype (bf16 on CUDA)
-    share_dtype: str = "float16"              # replicas' gradient shares on the wire; float32: exact
+    share_dtype: str = "int8"                 # replicas' gradient shares on the wire (protocol SHARE_DTYPES)
     stage: int = STAGE_AUTO                   # STAGE_AUTO: the coordinator assigns one
     host_maddrs: tuple[str, ...] = ("/ip4/0.0.0.0/tcp/0",)
     announce_maddrs: tuple[str, ...] = ()

@@ -16,11 +16,11 @@ from peer.compute.runner import StageRunner
 from peer.compute.stages import layer_ranges
 from peer.config import PeerConfig
 from peer.data import TextDataset, load_corpus
+from peer.pipeline.share_codec import SHARE_BYTES
 from peer.progress import Progress
 
 logger = logging.getLogger("skippipe.peer")
 BYTES_PER_FLOAT = 4
-SHARE_BYTES = {"float32": 4, "float16": 2}   # per parameter in a gradient share (--share-dtype)
 
 
 class RuntimeFactory:
@@ -76,8 +76,8 @@ class RuntimeFactory:
             stage=self.config.stage, layer_start=start, layer_end=end,
             memory_microbatches=self.config.max_activations, maddrs=maddrs, public_name=self.config.public_name,
             num_layers=m.n_layers, activation_bytes_per_sample=spec.seq_len * m.dim * BYTES_PER_FLOAT,
-            param_bytes_per_layer=params_per_layer * share_bytes,
-            stage0_extra_param_bytes=stage0_extra * share_bytes)
+            param_bytes_per_layer=round(params_per_layer * share_bytes),
+            stage0_extra_param_bytes=round(stage0_extra * share_bytes))
 
     def make_runner(self, stage: int) -> StageRunner:
         if not 0 <= stage < self.spec.num_stages:

@@ -117,9 +117,15 @@ class Pong:
     payload: bytes = b""
 
 
+SHARE_DTYPES = ("float32", "float16", "int8")   # what a GradientShare's tensor may be
+SHARE_BLOCK = 64       # parameters per float32 scale of an int8 GradientShare
+
+
 @dataclass(frozen=True)
 class GradientShare:
-    """One replica's summed gradients for a stage, sent to the stage's other replicas."""
+    """One replica's summed gradients for a stage, sent to the stage's other replicas.
+    `tensor` is float32, float16 or int8; an int8 one holds blockwise-quantised values and
+    `scales` (float32, one per SHARE_BLOCK parameters) turns them back: value x its block's scale."""
 
     run: str
     epoch: int
@@ -128,6 +134,7 @@ class GradientShare:
     samples: int                     # samples whose gradients are in the sum
     tensor: TensorPayload
     loss_sum: float = 0.0            # stage 0 only: sum of per-sample losses
+    scales: TensorPayload | None = None   # int8 tensor only (protocol 1.2)
 
 
 @dataclass(frozen=True)

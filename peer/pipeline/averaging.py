@@ -23,10 +23,9 @@ import torch
 from protocol import messages as m
 from protocol.messages import GradientShare
 from protocol.schedule import Schedule
-from protocol.tensors import TensorPayload
 
-from peer.compute import tensor_codec
 from peer.pipeline import plan_view as pv
+from peer.pipeline.share_codec import encode_share
 
 if TYPE_CHECKING:
     from peer.pipeline.flights import IterationOutcome
@@ -164,16 +163,6 @@ class ShareDeliveries:
             task.cancel()
 
 
-def encode_share(vector: torch.Tensor, wire_dtype: str) -> tuple[TensorPayload, torch.Tensor]:
-    """Our gradients as they travel (`wire_dtype` float16 halves the bytes; a vector float16
-    cannot hold travels as float32, tensor_codec.encode), and as float32 what every other
-    replica will decode from them: we add that, not our exact vector, so all stay identical."""
-    payload = tensor_codec.encode(vector, None if wire_dtype == "float32" else wire_dtype)
-    if payload.dtype == "float32":
-        return payload, vector
-    return payload, tensor_codec.decode(payload, cast_to=torch.float32, what="gradient share")
-
-
 async def average_and_step(w: "PipelineWorker", i: int, schedule: Schedule, outcome: "IterationOutcome") -> None:
     """End of iteration `i` on worker `w`: exchange gradients with the stage's other replicas,
     average what arrived, step the optimizer."""
@@ -181,9 +170,10 @@ async def average_and_step(w: "PipelineWorker", i: int, schedule: Schedule, outc
     others = [p for p in pv.replicas(schedule, w.stage) if p != w.me]
     mine = Contribution(await w.compute(r.grad_vector), r.samples_this_step, outcome.loss_sum)
     if others:
-        payload, vector = await w.compute(encode_share, mine.vector, w.settings.share_dtype)
+        payload, scales, vector = await w.compute(encode_share, mine.vector, w.settings.share_dtype)
         mine = Contribution(vector, mine.samples, mine.loss_sum)
-        share = m.GradientShare(w.spec.run, schedule.epoch, i, w.stage, mine.samples, payload, mine.loss_sum)
+        share = m.GradientShare(w.spec.run, schedule.epoch, i, w.stage, mine.samples, payload, mine.loss_sum,
+                                scales)
         outbound = w.deliveries.start(others, share)  # in the background: no ack wait
         # replicas may legitimately still be working: wait as long as an iteration may take,
         # but not for one that died (its gradients died with it) or would not take ours

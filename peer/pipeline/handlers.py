@@ -20,11 +20,11 @@ from peer.compute.errors import BadTensor
 from peer.pipeline import plan_view as pv
 from peer.pipeline import spot_checks
 from peer.pipeline.inbox import InboxFull
+from peer.pipeline.share_codec import decode_share
 from peer.pipeline.state_sync import NotReady
 from peer.pipeline.worker import PipelineWorker, Work
 from peer.routing import fallback
 
-SHARE_DTYPES = ("float32", "float16")   # gradient shares: exact, or halved (averaging.encode_share)
 
 logger = logging.getLogger(__name__)
 ITERATIONS_AHEAD = 2          # how far ahead of our own iteration we buffer work
@@ -248,8 +248,7 @@ class WorkHandlers:
             raise Rejected(ErrorCode.OVERLOADED, "our stage is still loading; retry")
         n = w.runner.num_parameters()
         try:
-            vector = tensor_codec.decode(share.tensor, expect_shape=(n,), expect_dtype=SHARE_DTYPES,
-                                         cast_to=torch.float32, what="gradient share")
+            vector = decode_share(share.tensor, share.scales, n)
         except BadTensor as exc:
             raise Rejected(ErrorCode.BAD_TENSOR, str(exc)) from None
         if not bool(vector.isfinite().all()) or share.samples < 0:

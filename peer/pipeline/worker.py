@@ -55,7 +55,7 @@ class WorkerSettings:
     ping_timeout_s: float = 2.0
     extra_skips: int = 1              # recovery skip budget (k > 0 only), see routing/fallback.py
     spot_check_rate: float = 0.0      # share of forwards recomputed elsewhere, see spot_checks.py
-    share_dtype: str = "float16"      # gradient shares on the wire (averaging.py); float32: exact
+    share_dtype: str = "int8"         # gradient shares on the wire (share_codec.py); float32: exact
 
 
 BatchFn = Callable[[int, int, int, int], tuple[torch.Tensor, torch.Tensor]]

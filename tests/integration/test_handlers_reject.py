@@ -125,3 +125,19 @@ def test_gradient_shares_arrive_as_float32_from_float16_and_other_dtypes_are_ref
     got = asyncio.run(worker.shares.collect(0, 1, {"p2"}, timeout=1.0))
     assert got["p2"].vector.dtype == torch.float32 and torch.equal(got["p2"].vector, sent.half().float())
     expect_error(network, share(torch.bfloat16), ErrorCode.BAD_TENSOR, sender="p2")
+
+
+def test_int8_shares_arrive_dequantised_and_malformed_ones_are_refused():
+    from peer.pipeline.share_codec import encode_share
+    network, worker = serve_p1(make_schedule("t", {"p0": 0, "p1": 1, "p2": 1}, {0: ["p0", "p1"]}, epoch=3))
+    n = worker.runner.num_parameters()
+    payload, scales, decoded = encode_share(torch.randn(n) * 1e-3, "int8")
+
+    def share(scales_payload, iteration=0):
+        return m.GradientShare("t", 3, iteration, 1, 4, payload, 0.0, scales_payload)
+    assert isinstance(call(network, "p2", share(scales)), m.GradientShareAck)
+    got = asyncio.run(worker.shares.collect(0, 1, {"p2"}, timeout=1.0))
+    assert torch.equal(got["p2"].vector, decoded)               # what the sender adds for itself
+    expect_error(network, share(None, 1), ErrorCode.BAD_TENSOR, sender="p2")
+    inf_scales = tensor_codec.encode(torch.full((scales.shape[0],), float("inf")))
+    expect_error(network, share(inf_scales, 1), ErrorCode.BAD_TENSOR, sender="p2")

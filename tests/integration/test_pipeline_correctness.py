@@ -72,7 +72,7 @@ def test_skipped_and_reordered_routes_match_their_stage_order():
     assert workers["p3"].runner.stepped_with[1] == 4
 
 
-@pytest.mark.parametrize("share_dtype", ["float32", "float16"])
+@pytest.mark.parametrize("share_dtype", ["float32", "float16", "int8"])
 def test_replicas_average_to_identical_parameters(share_dtype):
     stage_of = {"a0": 0, "b0": 0, "a1": 1, "b1": 1}
     paths = {0: ["a0", "a1"], 1: ["a0", "b1"], 2: ["b0", "b1"], 3: ["b0", "b1"]}

@@ -1,8 +1,9 @@
 """Replica averaging (peer/pipeline/averaging.py): shares are collected without waiting for the
 acks of our own, a refused share ends the wait for that replica at once, and a leaving peer
-flushes its last shares."""
+flushes its last shares; the share dtypes on the wire (peer/pipeline/share_codec.py)."""
 import asyncio
 
+import pytest
 import torch
 
 from peer.pipeline.averaging import Contribution, ShareBox, ShareDeliveries, combine
@@ -119,13 +120,19 @@ def test_combine_is_the_same_sum_in_any_arrival_order():
     assert torch.allclose(partial.vector, parts["a"].vector + parts["b"].vector)
 
 
+def _pair(encoded):
+    payload, scales, vector = encoded
+    assert scales is None
+    return payload, vector
+
+
 def test_float16_shares_halve_the_bytes_and_every_replica_adds_what_travelled():
     from peer.compute import tensor_codec
-    from peer.pipeline.averaging import encode_share
+    from peer.pipeline.share_codec import encode_share
     torch.manual_seed(0)
     vectors = {p: torch.randn(1000) * 1e-2 for p in ("a", "b", "c")}
-    exact = {p: encode_share(v, "float32") for p, v in vectors.items()}
-    half = {p: encode_share(v, "float16") for p, v in vectors.items()}
+    exact = {p: _pair(encode_share(v, "float32")) for p, v in vectors.items()}
+    half = {p: _pair(encode_share(v, "float16")) for p, v in vectors.items()}
     assert all(len(half[p][0].data) * 2 == len(exact[p][0].data) for p in vectors)
     assert all(torch.equal(exact[p][1], vectors[p]) for p in vectors)        # float32: our exact vector
     # what each replica adds for itself is what the others decode from its share...
@@ -141,7 +148,59 @@ def test_float16_shares_halve_the_bytes_and_every_replica_adds_what_travelled():
 
 
 def test_a_vector_float16_cannot_hold_travels_as_float32():
-    from peer.pipeline.averaging import encode_share
+    from peer.pipeline.share_codec import encode_share
     v = torch.tensor([1.0, 1e6, -3.0])
-    payload, vector = encode_share(v, "float16")
-    assert payload.dtype == "float32" and torch.equal(vector, v)
+    payload, scales, vector = encode_share(v, "float16")
+    assert payload.dtype == "float32" and scales is None and torch.equal(vector, v)
+
+
+def test_int8_shares_quarter_the_bytes_keep_each_blocks_range_and_replicas_identical():
+    from peer.pipeline.share_codec import block_count, decode_share, encode_share
+    from protocol.messages import SHARE_BLOCK
+    torch.manual_seed(1)
+    n = 5 * SHARE_BLOCK + 7                                  # a partial last block
+    vectors = {p: torch.randn(n) * 1e-3 for p in ("a", "b", "c")}
+    vectors["a"][3] = 5.0                                    # one huge gradient in block 0
+    shares = {p: encode_share(v, "int8") for p, v in vectors.items()}
+    payload, scales, mine = shares["a"]
+    assert payload.dtype == "int8" and len(payload.data) == n
+    assert scales.dtype == "float32" and scales.shape == (block_count(n),)
+    error = (mine - vectors["a"]).abs()
+    # within half a quantisation step of its own block: the huge value costs only block 0
+    assert error[:SHARE_BLOCK].max() <= 5.0 / 127 / 2 + 1e-6
+    assert error[SHARE_BLOCK:].max() <= vectors["a"][SHARE_BLOCK:].abs().max() / 127 / 2 + 1e-9
+    assert error[SHARE_BLOCK:].max() < 1e-4                  # not 5.0 / 254
+    sums = []
+    for me in vectors:
+        contributions = {p: Contribution(shares[p][2] if p == me else decode_share(shares[p][0], shares[p][1], n), 1)
+                         for p in vectors}
+        sums.append(combine(contributions, list(vectors)).vector)
+    assert all(torch.equal(s, sums[0]) for s in sums)
+
+
+def test_int8_of_an_all_zero_block_and_a_non_finite_vector():
+    from peer.pipeline.share_codec import decode_share, encode_share
+    payload, scales, vector = encode_share(torch.zeros(100), "int8")
+    assert torch.equal(vector, torch.zeros(100)) and torch.equal(decode_share(payload, scales, 100), vector)
+    bad = torch.tensor([1.0, float("nan"), 2.0])
+    payload, scales, vector = encode_share(bad, "int8")      # travels as float32; the receiver rejects it
+    assert payload.dtype == "float32" and scales is None
+
+
+@pytest.mark.parametrize("case", ["no scales", "scales on float16", "wrong scale count", "negative scale",
+                                  "nan scale", "wrong length", "int32 values"])
+def test_decode_share_rejects_malformed_shares(case):
+    from peer.compute import tensor_codec
+    from peer.compute.errors import BadTensor
+    from peer.pipeline.share_codec import decode_share, encode_share
+    payload, scales, _ = encode_share(torch.randn(130), "int8")
+    half, _, _ = encode_share(torch.randn(130), "float16")
+    args = {"no scales": (payload, None, 130),
+            "scales on float16": (half, scales, 130),
+            "wrong scale count": (payload, tensor_codec.encode(torch.ones(2)), 130),
+            "negative scale": (payload, tensor_codec.encode(torch.tensor([1.0, -1.0, 1.0])), 130),
+            "nan scale": (payload, tensor_codec.encode(torch.tensor([1.0, float("nan"), 1.0])), 130),
+            "wrong length": (payload, scales, 131),
+            "int32 values": (tensor_codec.encode(torch.zeros(130, dtype=torch.int32)), scales, 130)}[case]
+    with pytest.raises(BadTensor):
+        decode_share(*args)
