@@ -23,8 +23,9 @@ tokens x 64 dims, float32), which the preset's 0.08-2 Gbit/s links carry in 0.3-
 would be latency only. The paper's setting is LLaMA models of 500M+ parameters, whose microbatch
 activations are megabytes (one 1024-token sample of our 500m config is 2.5 MiB in bfloat16): at
 x0.02 our 64 KiB take as long as 3.2 MiB at the real bandwidths (7-330 ms), so transfers weigh
-against latency and compute as they do there. The replicas' gradient shares (200 KiB per stage)
-are scaled alike, which is still far lighter than a real stage's hundreds of MB.
+against latency and compute as they do there. The replicas' gradient shares (50-90 KiB per stage
+in int8, the peers' default --share-dtype) are scaled alike, which is still far lighter than a
+real stage's hundreds of MB.
 
 For each run: the mean iteration time (after `--warmup` iterations) and the coordinator's
 prediction for the schedule it published (coordinator/planner/steady.py: the simulated
