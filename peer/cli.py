@@ -5,7 +5,7 @@ from pathlib import Path
 
 from protocol.cli_support import EXIT_USAGE, OneLineErrorParser, positive_int
 from protocol.ids import check_run_name
-from protocol.messages import SHARE_DTYPES
+from protocol.messages import SHARE_BLOCK, SHARE_DTYPES
 from protocol.logsetup import add_logging_flags, setup_logging
 from protocol.settings import add_config_flag, apply_settings, port_or_off
 
@@ -89,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="dtype of activations sent to other peers (default auto: bfloat16 on GPU, float32 on CPU)")
     p.add_argument("--share-dtype", choices=SHARE_DTYPES, default=PeerConfig.share_dtype,
                    help="dtype of the gradients replicas of a stage exchange each iteration: float32 exact, "
-                        "float16 half the bytes, int8 about a quarter (blockwise quantised, a scale per 64 "
+                        f"float16 half the bytes, int8 about a quarter (blockwise quantised, a scale per {SHARE_BLOCK} "
                         "values); all replicas still end bit-identical (default: %(default)s)")
     p.add_argument("--initial-peers", nargs="+", required=True, metavar="MADDR",
                    help="multiaddr(s) of a running coordinator or peer, as printed by skippipe-coordinator")

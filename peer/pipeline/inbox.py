@@ -18,9 +18,7 @@ class InboxFull(Exception):
 class Inbox:
     def __init__(self, max_items: int = 256):
         self.max_items = max_items
-        self._items: dict[tuple[int, TaskKey], Any] = {}
-        self._arrival: dict[tuple[int, TaskKey], int] = {}   # put order: ties go to the earliest
-        self._puts = 0
+        self._items: dict[tuple[int, TaskKey], Any] = {}   # in arrival order (dicts keep insertion order)
         self._changed = asyncio.Condition()
         self._poked = False
 
@@ -34,9 +32,8 @@ class Inbox:
         async with self._changed:
             if (iteration, task) not in self._items and len(self._items) >= self.max_items:
                 raise InboxFull(f"{len(self._items)} tasks waiting")
+            self._items.pop((iteration, task), None)   # a re-sent task arrives anew, at the end
             self._items[(iteration, task)] = payload
-            self._puts += 1
-            self._arrival[(iteration, task)] = self._puts
             self._changed.notify_all()
 
     async def take(self, iteration: int, allowed: Callable[[TaskKey], bool],
@@ -46,7 +43,7 @@ class Inbox:
         whether the iteration is over)."""
         def pick():
             ready = [t for (i, t) in self._items if i == iteration and allowed(t)]
-            return min(ready, key=lambda t: (priority(t), self._arrival[(iteration, t)])) if ready else None
+            return min(ready, key=priority) if ready else None   # min keeps the first of equals
 
         async with self._changed:
             self._poked = False
@@ -58,7 +55,6 @@ class Inbox:
             task = pick()
             if task is None:
                 return None
-            del self._arrival[(iteration, task)]
             return task, self._items.pop((iteration, task))
 
     async def poke(self) -> None:
@@ -70,5 +66,5 @@ class Inbox:
     def drop_before(self, iteration: int) -> int:
         stale = [k for k in self._items if k[0] < iteration]
         for k in stale:
-            del self._items[k], self._arrival[k]
+            del self._items[k]
         return len(stale)

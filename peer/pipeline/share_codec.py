@@ -14,9 +14,10 @@ import torch
 
 from peer.compute import tensor_codec
 from peer.compute.errors import BadTensor
-from protocol.messages import SHARE_BLOCK, SHARE_DTYPES
+from protocol.messages import SHARE_BLOCK
 from protocol.tensors import TensorPayload
 
+FLOAT_SHARE_DTYPES = ("float32", "float16")     # the dtypes that travel without scales
 SHARE_BYTES = {"float32": 4.0, "float16": 2.0, "int8": 1.0 + 4.0 / SHARE_BLOCK}   # per parameter
 
 
@@ -69,5 +70,5 @@ def decode_share(tensor: TensorPayload, scales: TensorPayload | None, n: int) ->
         return _dequantise(values, s)
     if scales is not None:
         raise BadTensor(what, f"a {tensor.dtype} share carries no block scales")
-    return tensor_codec.decode(tensor, expect_shape=(n,), expect_dtype=SHARE_DTYPES[:2],
+    return tensor_codec.decode(tensor, expect_shape=(n,), expect_dtype=FLOAT_SHARE_DTYPES,
                                cast_to=torch.float32, what=what)
