@@ -30,7 +30,7 @@ SWITCH_MARGIN_S = 4.0      # a new epoch starts this far (in iterations' time) a
 
 
 def spec_from_config(config: CoordinatorConfig) -> RunSpec:
-    return RunSpec(run=config.run, model=config.model, num_stages=config.num_stages,
+    return RunSpec(run=config.run, model=config.model, model_config=config.model_config, num_stages=config.num_stages,
                    skip_ratio=config.skip_ratio, seed=config.seed,
                    microbatch_samples=config.microbatch_samples, seq_len=config.seq_len,
                    microbatches_per_origin=config.microbatches_per_origin,

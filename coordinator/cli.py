@@ -5,7 +5,9 @@ Subcommands: run (default), plan, simulate, topology.
 import argparse
 import sys
 
-from protocol.cli_support import OneLineErrorParser, positive_int, skip_ratio
+from modelconfig import ConfigError, check_stages, to_spec_json
+from modelconfig.hf import model_arg
+from protocol.cli_support import OneLineErrorParser, fail_usage, positive_int, skip_ratio
 from protocol.ids import check_run_name
 from protocol.logsetup import add_logging_flags, setup_logging
 from protocol.settings import add_config_flag, apply_settings, port_or_off
@@ -35,7 +37,8 @@ def run_name(text: str) -> str:
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run", type=run_name, default="default", help="run name peers join with --run")
-    p.add_argument("--model", default="tiny", help="model config: tiny, small, 500m, 1.5b (default: tiny)")
+    p.add_argument("--model", type=model_arg, default="tiny", metavar="NAME|config.json",
+                   help="model preset (tiny, small, 500m, 1.5b) or a Hugging Face LlamaConfig config.json (default: tiny)")
     p.add_argument("--stages", type=positive_int, default=3, help="pipeline stages (default: 3)")
     p.add_argument("--skip", type=skip_ratio, default=0.0, metavar="K",
                    help="skip ratio k in [0, 1), e.g. 0.33 or 1/3 (default: 0, the full pipeline)")
@@ -66,7 +69,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
     return CoordinatorConfig(
-        run=args.run, model=args.model, num_stages=args.stages, skip_ratio=args.skip,
+        run=args.run, model=args.model.name, model_config=to_spec_json(args.model), num_stages=args.stages, skip_ratio=args.skip,
         strategy=args.strategy, seed=args.seed, max_steps=args.steps,
         microbatch_samples=args.microbatch_samples, seq_len=args.seq_len,
         microbatches_per_origin=args.microbatches, learning_rate=args.lr, warmup_steps=args.warmup,
@@ -78,6 +81,10 @@ def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
 
 
 def run_command(args: argparse.Namespace) -> int:
+    try:
+        check_stages(args.model, args.stages)
+    except ConfigError as exc:
+        return fail_usage("skippipe-coordinator", f"--model: {exc}")
     setup_logging(args.log_level, args.log_format)
     from coordinator.app import run_coordinator  # hivemind only once the flags are valid
     hivemind_logs_as(args.log_format)

@@ -8,6 +8,7 @@ from coordinator.planner.costs import Overheads
 class CoordinatorConfig:
     run: str = "default"
     model: str = "tiny"
+    model_config: str = ""                  # full architecture JSON for a config.json model ("" = preset)
     num_stages: int = 3
     skip_ratio: float = 0.0
     strategy: str = "skippipe"

@@ -19,6 +19,8 @@ from protocol.cli_support import OneLineErrorParser, fail_usage, positive_int, s
 from protocol.logsetup import add_logging_flags, setup_logging
 from protocol.settings import add_config_flag, apply_settings, port_or_off
 
+from modelconfig import ConfigError, check_stages, resolve_model, to_spec_json
+
 from coordinator.chaos_spec import ChaosSpecError, parse_chaos
 from coordinator.config import CoordinatorConfig
 from coordinator.emulated_topology import assign_nodes, with_emulated_links
@@ -44,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=positive_int, default=20, help="training iterations (default: 20)")
     p.add_argument("--skip", type=skip_ratio, default=1 / 3, metavar="K", help="skip ratio (default: 1/3)")
     p.add_argument("--strategy", choices=["skippipe", "full", "random-skip"], default="skippipe")
-    p.add_argument("--model", default="tiny", help="model config (default: tiny)")
+    p.add_argument("--model", default="tiny", metavar="NAME|config.json",
+                   help="model preset (tiny, small, 500m, 1.5b) or a Hugging Face LlamaConfig config.json (default: tiny)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--microbatches", type=positive_int, default=4, help="microbatches per stage-0 peer per iteration")
     p.add_argument("--microbatch-samples", type=positive_int, default=4)
@@ -116,7 +119,7 @@ def summary_dict(summaries: list[IterationSummary], args, wall_s: float, replans
         "steps": len(summaries),
         "first_iteration": summaries[0].iteration if summaries else None,
         "last_iteration": summaries[-1].iteration if summaries else None, "peers": args.peers, "stages": args.stages, "skip": args.skip,
-        "strategy": args.strategy, "model": args.model,
+        "strategy": args.strategy, "model": args.arch.name,
         "first_loss": summaries[0].loss if summaries else None,
         "last_loss": summaries[-1].loss if summaries else None,
         "losses": [s.loss for s in summaries],
@@ -186,7 +189,7 @@ async def run_swarm(args) -> int:
     from coordinator.cli import hivemind_logs_as
     hivemind_logs_as(args.log_format)
     config = CoordinatorConfig(
-        run=args.run, model=args.model, num_stages=args.stages, skip_ratio=args.skip, strategy=args.strategy,
+        run=args.run, model=args.arch.name, model_config=to_spec_json(args.arch), num_stages=args.stages, skip_ratio=args.skip, strategy=args.strategy,
         seed=args.seed, max_steps=args.steps, microbatch_samples=args.microbatch_samples, seq_len=args.seq_len,
         microbatches_per_origin=args.microbatches, learning_rate=args.lr,
         host_maddrs=("/ip4/127.0.0.1/tcp/0",), min_peers=args.peers,
@@ -293,6 +296,11 @@ def main(argv: list[str] | None = None) -> int:
         args.peers = nodes
     if not 0.0 <= args.spot_check_rate <= 1.0:
         return fail_usage("skippipe-swarm", f"--spot-check-rate must be between 0 and 1, got {args.spot_check_rate}")
+    try:
+        args.arch = resolve_model(args.model)
+        check_stages(args.arch, args.stages)
+    except ConfigError as exc:
+        return fail_usage("skippipe-swarm", f"--model: {exc}" if exc.field != "--model" else str(exc))
     if args.stages > args.peers:
         return fail_usage("skippipe-swarm", f"--stages {args.stages} needs at least as many --peers (got {args.peers})")
     try:

@@ -30,10 +30,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     import torch
     from peer import hardware
-    from peer.compute.model import get_config
+    from modelconfig import ConfigError, resolve_model
     try:
-        model = get_config(args.model)
-    except (KeyError, ValueError) as exc:
+        model = resolve_model(args.model)
+    except ConfigError as exc:
         print(f"peer.benchmark_cli: error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2
     torch.set_num_threads(args.threads)

@@ -24,6 +24,9 @@ class RunSpec:
     max_grad_norm: float = 1.0
     stage_sizes: tuple[int, ...] = ()  # layers per stage; () = as even as possible
     max_steps: int = 0               # iterations to train; 0 = until stopped
+    # v1.3: the whole architecture as canonical LlamaConfig-style JSON (modelconfig.to_spec_json),
+    # so that peers without the coordinator's config.json build the same model; "" = the preset `model`.
+    model_config: str = ""
 
     def __post_init__(self):
         check_run_name(self.run)

@@ -9,66 +9,19 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-# Byte-level tokenizer ids 0..255 plus EOS (256), padded up to a multiple of 64.
-BYTE_VOCAB_SIZE = 320
+# The architecture (ModelConfig, presets, config.json parsing) is torch-free, shared with the
+# coordinator; re-exported here because this is where the model's users look for it.
+from modelconfig import BYTE_VOCAB_SIZE, CONFIGS, ModelConfig, get_config, spec_model  # noqa: F401
 
 
-@dataclass(frozen=True)
-class ModelConfig:
-    name: str
-    dim: int
-    n_layers: int
-    n_heads: int
-    n_kv_heads: int
-    ffn_hidden: int
-    vocab_size: int = BYTE_VOCAB_SIZE
-    max_seq_len: int = 256
-    rope_theta: float = 10000.0
-    norm_eps: float = 1e-5
-    init_std: float = 0.02
-
-    def __post_init__(self):
-        if self.dim % self.n_heads:
-            raise ValueError(f"dim {self.dim} is not divisible by n_heads {self.n_heads}")
-        if self.n_heads % self.n_kv_heads:
-            raise ValueError(f"n_heads {self.n_heads} is not divisible by n_kv_heads "
-                             f"{self.n_kv_heads}")
-        if (self.dim // self.n_heads) % 2:
-            raise ValueError("head dimension must be even for rotary embeddings")
-        for field in ("dim", "n_layers", "n_heads", "n_kv_heads", "ffn_hidden", "vocab_size",
-                      "max_seq_len"):
-            if getattr(self, field) < 1:
-                raise ValueError(f"{field} must be >= 1")
-
-    @property
-    def head_dim(self) -> int:
-        return self.dim // self.n_heads
-
-
-CONFIGS: dict[str, ModelConfig] = {c.name: c for c in (
-    ModelConfig("tiny", dim=64, n_layers=6, n_heads=4, n_kv_heads=2, ffn_hidden=176,
-                max_seq_len=128),
-    ModelConfig("small", dim=128, n_layers=12, n_heads=8, n_kv_heads=2, ffn_hidden=352,
-                max_seq_len=256),
-    # The paper's LLaMA-style sizes (~0.50B and ~1.49B parameters with our byte vocabulary).
-    ModelConfig("500m", dim=1280, n_layers=24, n_heads=20, n_kv_heads=5, ffn_hidden=4352,
-                max_seq_len=1024),
-    ModelConfig("1.5b", dim=2048, n_layers=32, n_heads=32, n_kv_heads=8, ffn_hidden=5888,
-                max_seq_len=1024),
-)}
-
-
-def get_config(name: str) -> ModelConfig:
-    try:
-        return CONFIGS[name]
-    except KeyError:
-        raise KeyError(f"unknown model config {name!r}; known: {', '.join(CONFIGS)}") from None
+def spec_config(spec) -> ModelConfig:
+    """The architecture a run spec names: a preset, or the full config the coordinator sent."""
+    return spec_model(spec.model, spec.model_config)
 
 
 def count_parameters(config: ModelConfig, layers: int | None = None,

@@ -10,6 +10,7 @@ the rules below.
     coordinator/          never peer, never torch
     peer/                 never coordinator
     peer/compute/         no hivemind, no asyncio, no networking; no peer.* outside peer.compute
+    modelconfig/          stdlib only, nothing of ours (model architectures, shared by both sides)
     opsweb/               stdlib only, nothing of ours (the HTTP server + Prometheus text that
                           coordinator/ and peer/ share; asyncio allowed, unlike protocol/)
 """
@@ -23,7 +24,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("protocol", "coordinator", "peer", "opsweb")
+PACKAGES = ("protocol", "coordinator", "peer", "opsweb", "modelconfig")
 STDLIB = frozenset(sys.stdlib_module_names)
 NETWORKING = {"socket", "ssl", "http", "urllib", "asyncio", "selectors", "socketserver",
               "hivemind", "grpc", "aiohttp", "requests", "httpx", "multiaddr", "zmq", "uvloop", "opsweb"}
@@ -131,6 +132,9 @@ def rule_problems(module: str, imp: Import) -> list[str]:
             bad("opsweb/ imports nothing of ours")
         elif imp.top not in STDLIB and imp.top != "opsweb":
             bad("opsweb/ depends on the standard library only")
+    if module == "modelconfig" or module.startswith("modelconfig."):
+        if imp.top not in STDLIB and imp.top != "modelconfig":
+            bad("modelconfig/ depends on the standard library only (the coordinator reads it)")
     if module.startswith("peer.compute"):
         if imp.top in NETWORKING:
             bad("peer/compute/ has no hivemind, no asyncio, no networking")
