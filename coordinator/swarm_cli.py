@@ -55,6 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--run", default="local", help="run name (default: local)")
     p.add_argument("--checkpoint-dir", type=Path, help="per-stage checkpoints; rerun with the same dir to resume")
+    p.add_argument("--save-every", type=positive_int, default=1, metavar="N",
+                   help="with --checkpoint-dir: save after every N-th iteration and the last (default: 1)")
+    p.add_argument("--keep-last", type=positive_int, default=2, metavar="K",
+                   help="with --checkpoint-dir: checkpoints kept per stage (default: 2)")
     p.add_argument("--summary-json", type=Path, metavar="FILE", help="write the run summary as JSON")
     p.add_argument("--logs-dir", type=Path, help="keep peer logs here (default: a temporary folder)")
     p.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds (default: 900)")
@@ -223,7 +227,8 @@ async def run_swarm(args) -> int:
                          "--log-format", args.log_format,
                          "--public-name", f"local-{i}", "--announce-period", str(args.announce_period)]
             if args.checkpoint_dir:
-                peer_args += ["--checkpoint-dir", str(args.checkpoint_dir)]
+                peer_args += ["--checkpoint-dir", str(args.checkpoint_dir), "--save-every", str(args.save_every),
+                              "--keep-last", str(args.keep_last)]
             if args.spot_check_rate:
                 peer_args += ["--spot-check-rate", str(args.spot_check_rate)]
             if args.share_dtype:

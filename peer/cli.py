@@ -103,7 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", type=Path, help="text file or folder of .txt files (default: embedded corpus)")
     p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR,
                    help="where benchmark results are cached (default: ~/.cache/skippipe)")
-    p.add_argument("--checkpoint-dir", type=Path, help="save this stage's state here each iteration and resume from it")
+    p.add_argument("--checkpoint-dir", type=Path,
+                   help="save this stage's state here (safetensors weights + optimizer state) and resume from it")
+    p.add_argument("--save-every", type=positive_int, default=PeerConfig.save_every, metavar="N",
+                   help="with --checkpoint-dir: save after every N-th iteration and the last (default: %(default)s)")
+    p.add_argument("--keep-last", type=positive_int, default=PeerConfig.keep_last, metavar="K",
+                   help="with --checkpoint-dir: keep the K newest checkpoints of the stage (default: %(default)s)")
     p.add_argument("--max-activations", type=positive_int, default=8, metavar="N",
                    help="microbatch activations held for backward at once (default: 8)")
     p.add_argument("--announce-period", type=float, default=1.5, metavar="S",
@@ -165,6 +170,7 @@ def config_from_args(args: argparse.Namespace) -> PeerConfig:
         initial_peers=tuple(args.initial_peers), run=args.run, device=device, stage=args.stage,
         host_maddrs=tuple(args.host_maddrs), announce_maddrs=tuple(args.announce_maddrs),
         data=args.data, cache_dir=args.cache_dir, checkpoint_dir=args.checkpoint_dir,
+        save_every=args.save_every, keep_last=args.keep_last,
         announce_period_s=args.announce_period, max_activations=args.max_activations,
         status_interval_s=args.status_interval, link_probe_period_s=args.link_probe_period, torch_threads=args.threads,
         public_name=args.public_name, benchmark=not args.no_benchmark,

@@ -20,6 +20,8 @@ class PeerConfig:
     data: Path | None = None                  # None: the embedded corpus
     cache_dir: Path = DEFAULT_CACHE_DIR
     checkpoint_dir: Path | None = None
+    save_every: int = 1                       # checkpoint after every N-th iteration (and the last)
+    keep_last: int = 2                        # checkpoint versions kept per stage
     announce_period_s: float = 1.5            # adverts expire after 2 x this: death seen in ~3 s
     max_activations: int = 8                  # microbatches held for backward at once
     activation_ttl_s: float = 120.0

@@ -17,17 +17,16 @@ import itertools
 import json
 import math
 import random
-import re
 import sys
 from pathlib import Path
 
 import torch
 
-from peer.compute.model import get_config, lm_loss
+from peer.compute.model import lm_loss
+from peer.compute.stage_checkpoint import CheckpointError, load_stage_modules
 from peer.compute.stages import StageModule
 from peer.data import CorpusError, TextDataset, load_corpus
 
-FILE_RE = re.compile(r"^(?P<run>.+)-stage(?P<stage>\d+)\.pt$")
 
 
 class EvalError(Exception):
@@ -35,38 +34,12 @@ class EvalError(Exception):
 
 
 def load_stages(directory: Path, run: str | None) -> tuple[str, list[StageModule]]:
-    if not directory.is_dir():
-        raise EvalError(f"--checkpoint {directory} is not a folder")
-    found: dict[str, dict[int, Path]] = {}
-    for path in directory.iterdir():
-        m = FILE_RE.match(path.name)
-        if m:
-            found.setdefault(m["run"], {})[int(m["stage"])] = path
-    if not found:
-        raise EvalError(f"no stage checkpoints (<run>-stage<K>.pt) in {directory}")
-    if run is None:
-        if len(found) > 1:
-            raise EvalError(f"{directory} holds several runs ({', '.join(sorted(found))}); pick one with --run")
-        run = next(iter(found))
-    if run not in found:
-        raise EvalError(f"no checkpoints of run {run!r} in {directory} (found: {', '.join(sorted(found))})")
-    files = found[run]
-    if sorted(files) != list(range(len(files))):
-        raise EvalError(f"run {run!r} has checkpoints of stages {sorted(files)}: every stage 0..S-1 is needed")
-    return run, [_load_stage(files[s], s) for s in range(len(files))]
-
-
-def _load_stage(path: Path, stage: int) -> StageModule:
+    """The run's stages from a checkpoint folder (either format; stage_checkpoint.py)."""
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)["runner"]
-        config = get_config(state["model_name"])
-        module = StageModule(config, stage, tuple(state["layers"]), seed=0)
-        module.load_state_dict(state["module"], strict=True)
-    except Exception as exc:  # a corrupt or foreign file fails in many ways: all mean "unusable"
-        raise EvalError(f"{path} is not a usable stage checkpoint: {type(exc).__name__}: {exc}") from None
-    if state.get("stage") != stage:
-        raise EvalError(f"{path} says it is stage {state.get('stage')}, its name says {stage}")
-    return module.eval()
+        run, stages, _ = load_stage_modules(directory, run)
+    except CheckpointError as exc:
+        raise EvalError(str(exc)) from None
+    return run, stages
 
 
 @torch.no_grad()
@@ -107,7 +80,7 @@ def evaluate(stages: list[StageModule], fraction: float, batches, max_choices: i
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="skippipe-coordinator eval", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--checkpoint", type=Path, required=True, metavar="DIR", help="folder of <run>-stage<K>.pt files")
+    p.add_argument("--checkpoint", type=Path, required=True, metavar="DIR", help="a run's checkpoint folder (--checkpoint-dir)")
     p.add_argument("--omit", type=float, default=0.5, metavar="F", help="fraction of non-stage-0 stages to omit")
     p.add_argument("--run", help="which run's checkpoints, if the folder holds several")
     p.add_argument("--data", type=Path, help="text file or folder (default: the embedded corpus)")

@@ -129,13 +129,16 @@ class PipelineWorker:
                     await rejoin.sit_out(self, self.iteration)
                     continue
                 self.history.append(outcome)
-                if self.checkpoints is not None:
-                    await self.compute(self.checkpoints.save, self.runner, self.stage, self.iteration)
+                if self.checkpoints is not None and self.checkpoints.due(self.iteration, self.spec.max_steps):
+                    # only the snapshot is on the compute thread; a writer thread does the disk
+                    await self.compute(self.checkpoints.snapshot, self.runner, self.stage, self.iteration)
                 if self.on_iteration is not None:
                     await self.on_iteration(outcome)
                 self.iteration += 1
         finally:
             monitor.cancel()
+            if self.checkpoints is not None and not self.checkpoints.flush(timeout_s=60):
+                logger.error("the last checkpoint was still being written at shutdown")
             for task in list(self._background):
                 task.cancel()
             self.deliveries.cancel()

@@ -34,7 +34,9 @@ def test_checkpoint_and_resume(tmp_path):
     ckpt = tmp_path / "ckpt"
     first, _ = run_swarm(tmp_path, "--peers", "2", "--stages", "2", "--steps", "4", "--skip", "0",
                          "--checkpoint-dir", str(ckpt), name="first.json")
-    assert sorted(p.name for p in ckpt.iterdir()) == ["local-stage0.pt", "local-stage1.pt"]
+    assert sorted(p.name for p in ckpt.iterdir()) == ["local-stage0", "local-stage1"]
+    for stage in ("local-stage0", "local-stage1"):   # --keep-last 2 (default): the last two iterations
+        assert sorted(p.name for p in (ckpt / stage).iterdir()) == ["it00000002", "it00000003"]
     second, _ = run_swarm(tmp_path, "--peers", "2", "--stages", "2", "--steps", "7", "--skip", "0",
                           "--checkpoint-dir", str(ckpt), name="second.json")
     assert second["first_iteration"] == 4 and second["last_iteration"] == 6

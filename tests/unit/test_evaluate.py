@@ -1,6 +1,7 @@
 """Held-out perplexity with stages omitted (peer/evaluate.py, `skippipe-coordinator eval`)."""
 import json
 import math
+import shutil
 import subprocess
 import sys
 
@@ -60,11 +61,16 @@ def test_unusable_checkpoints_are_clear_errors(tmp_path, checkpoint, capsys):
     empty.mkdir()
     with pytest.raises(EvalError, match="no stage checkpoints"):
         load_stages(empty, None)
-    (checkpoint / "ev-stage2.pt").unlink()
-    with pytest.raises(EvalError, match="every stage"):
+    weights = checkpoint / "ev-stage2" / "it00000003" / "model.safetensors"
+    weights.write_bytes(b"not a checkpoint")
+    with pytest.raises(EvalError, match="not a readable safetensors"):
         load_stages(checkpoint, None)
-    (checkpoint / "ev-stage2.pt").write_bytes(b"not a checkpoint")
-    with pytest.raises(EvalError, match="not a usable stage checkpoint"):
+    shutil.rmtree(checkpoint / "ev-stage2")
+    with pytest.raises(EvalError, match=r"lacks stage\(s\) 2 "):
+        load_stages(checkpoint, None)
+    shutil.rmtree(checkpoint / "ev-stage3")
+    shutil.rmtree(checkpoint / "ev-stage4")
+    with pytest.raises(EvalError, match="lacks its last stage"):
         load_stages(checkpoint, None)
     assert main(["--checkpoint", str(checkpoint / "missing")]) == 2
     assert main(["--checkpoint", str(checkpoint), "--omit", "1.5"]) == 2
@@ -80,3 +86,15 @@ def test_coordinator_eval_subcommand_relays_result_and_exit_code(checkpoint):
     bad = subprocess.run([sys.executable, "-m", "coordinator.cli", "eval", "--checkpoint", str(checkpoint / "no")],
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "not a folder" in bad.stderr
+
+
+def test_first_format_pt_checkpoints_still_load(tmp_path):
+    """One <run>-stage<K>.pt per stage (before safetensors): evaluation and resume read it."""
+    runners = [StageRunner.from_spec(SPEC, s) for s in range(SPEC.num_stages)]
+    for s, r in enumerate(runners):
+        torch.save({"iteration": 5, "runner": r.state_dict()}, tmp_path / f"ev-stage{s}.pt")
+    run, stages = load_stages(tmp_path, None)
+    assert run == "ev" and [st.layer_start for st in stages] == [r.module.layer_start for r in runners]
+    fresh = StageRunner.from_spec(m.RunSpec(run="ev", model="tiny", num_stages=5, skip_ratio=0.5, seed=99), 1)
+    assert CheckpointStore(tmp_path, "ev").load(fresh, 1) == 5
+    assert torch.equal(fresh.parameter_vector(), runners[1].parameter_vector())
