@@ -46,6 +46,9 @@ def expand_inputs(inputs: Iterable[str | Path]) -> list[Path]:
             raise InputError(f"{p}: no such file or folder")
     if not files:
         raise InputError("no input files given")
+    for f in files:            # cheap early check; emptiness after decoding is caught in iter_pieces
+        if f.stat().st_size == 0:
+            raise InputError(f"{f}: empty file")
     return files
 
 
