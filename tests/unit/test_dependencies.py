@@ -13,6 +13,8 @@ the rules below.
     modelconfig/          stdlib only, nothing of ours (model architectures, shared by both sides)
     opsweb/               stdlib only, nothing of ours (the HTTP server + Prometheus text that
                           coordinator/ and peer/ share; asyncio allowed, unlike protocol/)
+    tokendata/            stdlib + numpy + tokenizers + pyarrow + itself (tokenizers and token
+                          datasets, shared by coordinator/ and peer/): no torch, nothing else of ours
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("protocol", "coordinator", "peer", "opsweb", "modelconfig")
+PACKAGES = ("protocol", "coordinator", "peer", "opsweb", "tokendata", "modelconfig")
 STDLIB = frozenset(sys.stdlib_module_names)
 NETWORKING = {"socket", "ssl", "http", "urllib", "asyncio", "selectors", "socketserver",
               "hivemind", "grpc", "aiohttp", "requests", "httpx", "multiaddr", "zmq", "uvloop", "opsweb"}
@@ -135,6 +137,11 @@ def rule_problems(module: str, imp: Import) -> list[str]:
     if module == "modelconfig" or module.startswith("modelconfig."):
         if imp.top not in STDLIB and imp.top != "modelconfig":
             bad("modelconfig/ depends on the standard library only (the coordinator reads it)")
+    if module == "tokendata" or module.startswith("tokendata."):
+        if _ours(imp) and imp.top != "tokendata":
+            bad("tokendata/ imports nothing else of ours")
+        elif imp.top not in STDLIB and imp.top not in ("numpy", "tokenizers", "pyarrow", "tokendata"):
+            bad("tokendata/ depends on the standard library, numpy, tokenizers and pyarrow only")
     if module.startswith("peer.compute"):
         if imp.top in NETWORKING:
             bad("peer/compute/ has no hivemind, no asyncio, no networking")
@@ -219,6 +226,9 @@ VIOLATIONS = [
     ("opsweb.server", "from protocol import codec"),
     ("opsweb.server", "import aiohttp"),
     ("peer.compute.runner", "from opsweb import server"),                 # networking
+    ("tokendata.shards", "import torch"),
+    ("tokendata.build", "from peer.data import ByteTokenizer"),
+    ("tokendata.build", "from protocol import codec"),
 ]
 
 
@@ -239,6 +249,7 @@ ALLOWED = [
     ("peer.app", "import torch\nimport hivemind\nimport asyncio\nfrom protocol import codec"),
     ("opsweb.server", "import asyncio\nfrom urllib.parse import urlsplit\nfrom . import prom"),
     ("peer.compute.runner", "import torch\nimport threading\nfrom .model import Decoder\nfrom protocol.tensors import TensorPayload"),
+    ("tokendata.build", "import numpy as np\nimport pyarrow.parquet as pq\nfrom tokenizers import Tokenizer\nfrom .manifest import X"),
 ]
 
 
