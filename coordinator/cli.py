@@ -1,6 +1,6 @@
 """`skippipe-coordinator`: run a swarm's coordinator, or use the planner offline.
 
-Subcommands: run (default), plan, simulate, topology, eval, tokenizer, data.
+Subcommands: run (default), plan, simulate, topology, eval, tokenizer, data, export, generate.
 """
 import argparse
 import sys
@@ -12,7 +12,7 @@ from protocol.ids import check_run_name
 from protocol.logsetup import add_logging_flags, setup_logging
 from protocol.settings import add_config_flag, apply_settings, port_or_off
 
-from coordinator import data_cli, offline_cli
+from coordinator import data_cli, export_cli, offline_cli
 from coordinator.config import CoordinatorConfig
 
 DESCRIPTION = """\
@@ -25,9 +25,11 @@ Coordinate a SkipPipe Swarm training run, or plan and simulate schedules offline
   topology   write a preset topology (geo, clusters, single)
   tokenizer  train a byte-level BPE tokenizer on text files (tokenizer.json)
   data       tokenize text into a dataset folder (token shards + dataset.json)
+  export     write a run's model as a Hugging Face folder (transformers loads it)
+  generate   sample a continuation from a checkpoint or an exported folder
 """
 DEFAULT_STATUS_PORT = 8321
-SUBCOMMANDS = ("run", "plan", "simulate", "topology", "eval", "tokenizer", "data", "-h", "--help")
+SUBCOMMANDS = ("run", "plan", "simulate", "topology", "eval", "tokenizer", "data", "export", "generate", "-h", "--help")
 
 
 def run_name(text: str) -> str:
@@ -102,12 +104,13 @@ def hivemind_logs_as(log_format: str) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineErrorParser(prog="skippipe-coordinator", description=DESCRIPTION,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="command", metavar="{run,plan,simulate,topology,eval,tokenizer,data}",
+    sub = p.add_subparsers(dest="command", metavar="{run,plan,simulate,topology,eval,tokenizer,data,export,generate}",
                            parser_class=OneLineErrorParser)
     add_run_arguments(sub.add_parser("run", help="coordinate a live run (default)",
                                      description="Coordinate a live SkipPipe training run."))
     offline_cli.register(sub)
     data_cli.register(sub)
+    export_cli.register(sub)
     return p
 
 

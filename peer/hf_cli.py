@@ -1,0 +1,130 @@
+"""The torch side of `skippipe-coordinator export|generate` (coordinator/export_cli.py).
+
+coordinator/ never imports peer/, so the coordinator parses and checks the flags, then runs
+
+    python -m peer.hf_cli export|generate '<the parsed flags as one JSON object>'
+
+and relays the exit code: 0, or 2 with a one-line error for unusable input (a checkpoint that
+lacks a stage, a prompt the tokenizer cannot encode, ...).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from pathlib import Path
+
+from protocol.cli_support import fail_usage
+
+PROG = "skippipe-coordinator"
+
+
+class UsageError(Exception):
+    pass
+
+
+def cmd_export(a) -> int:
+    from peer.compute.hf_export import parse_size
+    max_shard = parse_size(a.max_shard_size)
+    tokenizer = _tokenizer(a.tokenizer)
+    from peer.compute.hf_export import write_hf_folder
+    if a.checkpoint is not None:
+        from peer.compute.stage_checkpoint import load_stage_modules
+        run, stages, iteration = load_stage_modules(a.checkpoint, a.run)
+        source = f"run {run}, iteration {iteration}, {len(stages)} stages"
+    else:
+        from peer.live_export import pull_stages
+        stages, source = pull_stages(a.initial_peers, a.run, a.join_key)
+    files = write_hf_folder(stages, tokenizer, a.output, max_shard)
+    shards = [f for f in files if f.startswith("model") and f.endswith(".safetensors")]
+    print(f"exported {source} -> {a.output} ({len(files)} files, weights in {len(shards)} safetensors "
+          f"file{'s' if len(shards) > 1 else ''})")
+    return 0
+
+
+def _tokenizer(spec: str):
+    from tokendata.tokenizer import TokenizerError, load_tokenizer
+    try:
+        return load_tokenizer(spec)
+    except TokenizerError as exc:
+        raise UsageError(f"--tokenizer: {exc}") from None
+
+
+def _check_prompt(tokenizer, prompt: str, config) -> list[int]:
+    ids = tokenizer.encode(prompt)
+    if not ids:
+        raise UsageError("the prompt encodes to no tokens")
+    back = tokenizer.decode(ids)
+    if back != prompt:
+        at = next((i for i, (x, y) in enumerate(zip(prompt, back)) if x != y), min(len(prompt), len(back)))
+        raise UsageError(f"tokenizer {tokenizer.name} cannot encode the prompt (it differs from character {at}: "
+                         f"{prompt[at:at + 10]!r})")
+    if len(ids) >= config.max_seq_len:
+        raise UsageError(f"the prompt is {len(ids)} tokens; the model's context is {config.max_seq_len}")
+    if max(ids) >= config.vocab_size:
+        raise UsageError(f"tokenizer {tokenizer.name} gives ids up to {max(ids)}, beyond the model's "
+                         f"vocab_size {config.vocab_size}: it is not this model's tokenizer")
+    return ids
+
+
+def load_for_generate(a):
+    """(StagedModel, tokenizer) from a checkpoint folder or an exported folder."""
+    from peer.compute.hf_export import is_hf_folder, layer_split, load_hf_folder
+    from peer.compute.sampling import StagedModel
+    if is_hf_folder(a.checkpoint):
+        model, split = load_hf_folder(a.checkpoint)
+        if a.stages is not None:
+            split = layer_split(model.config.n_layers, a.stages)
+        if a.omit > 0 and not split:
+            raise UsageError(f"{a.checkpoint} does not record its stage split: give --stages S for --omit")
+        own = a.checkpoint / "tokenizer.json"
+        tokenizer = _tokenizer(a.tokenizer or (str(own) if own.is_file() else "byte"))
+        return StagedModel.from_decoder(model, split), tokenizer
+    from peer.compute.stage_checkpoint import load_stage_modules
+    _, stages, _ = load_stage_modules(a.checkpoint, a.run)
+    return StagedModel.from_stages(stages), _tokenizer(a.tokenizer or "byte")
+
+
+def cmd_generate(a) -> int:
+    import torch
+    from peer.compute.sampling import generate
+    from peer.evaluate import choices
+    torch.set_num_threads(max(1, min(4, torch.get_num_threads())))
+    model, tokenizer = load_for_generate(a)
+    ids = _check_prompt(tokenizer, a.prompt, model.config)
+    s = model.num_stages
+    omit = round(a.omit * (s - 1))
+    gone = choices(s, omit, 1, random.Random(a.seed))[0] if omit else ()
+    keep = [x for x in range(s) if x not in gone]
+    if a.omit > 0:
+        print(f"omitting stage(s) {list(gone) or 'none'} of {s} (keeping {keep})", file=sys.stderr)
+    out = generate(model, ids, a.max_new_tokens, keep, temperature=a.temperature, top_p=a.top_p,
+                   seed=a.seed, vocab_limit=min(tokenizer.vocab_size, model.config.vocab_size),
+                   eos_id=tokenizer.eos_id)
+    print(tokenizer.decode(out))
+    return 0
+
+
+COMMANDS = {"export": cmd_export, "generate": cmd_generate}
+PATHS = ("checkpoint", "output", "join_key")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) != 2 or argv[0] not in COMMANDS:
+        return fail_usage(PROG, f"usage: python -m peer.hf_cli {{{','.join(COMMANDS)}}} '<flags as JSON>'")
+    flags = json.loads(argv[1])
+    a = argparse.Namespace(**{k: Path(v) if k in PATHS and v is not None else v for k, v in flags.items()})
+    from peer.compute.hf_export import ExportError
+    from peer.compute.stage_checkpoint import CheckpointError
+    try:
+        return COMMANDS[argv[0]](a)
+    except (UsageError, ExportError, CheckpointError) as exc:
+        return fail_usage(f"{PROG} {argv[0]}", str(exc))
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
