@@ -11,7 +11,9 @@ import json
 import math
 from pathlib import Path
 
-from modelconfig.config import CONFIGS, ConfigError, ModelConfig
+from dataclasses import replace
+
+from modelconfig.config import BYTE_VOCAB_SIZE, CONFIGS, ConfigError, ModelConfig
 
 # config.json field -> (ModelConfig field, required?)
 FIELDS = {
@@ -49,8 +51,17 @@ def _number(field: str, value, integer: bool):
     return int(value) if integer else float(value)
 
 
-def from_hf_dict(data: dict, name: str) -> ModelConfig:
-    """A LlamaConfig-style dict -> ModelConfig; ConfigError names the first bad field."""
+def padded_vocab(n: int, multiple: int = 64) -> int:
+    """Embedding rows for a tokenizer of n tokens (as tokendata.padded_vocab_size: 257 -> 320)."""
+    return -(-n // multiple) * multiple
+
+
+def from_hf_dict(data: dict, name: str, tokenizer_vocab: int | None = None) -> ModelConfig:
+    """A LlamaConfig-style dict -> ModelConfig; ConfigError names the first bad field.
+
+    The vocab size follows the tokenizer: without vocab_size it is the tokenizer's size padded
+    to a multiple of 64 (the byte tokenizer's 320 when none is given); a vocab_size smaller
+    than the tokenizer is refused."""
     if not isinstance(data, dict):
         raise ConfigError("<config>", f"expected a JSON object, got {type(data).__name__}")
     for field, allowed in FIXED.items():
@@ -73,6 +84,10 @@ def from_hf_dict(data: dict, name: str) -> ModelConfig:
             continue
         kwargs[ours] = _number(field, data[field], field in INT_FIELDS)
     kwargs.setdefault("n_kv_heads", kwargs["n_heads"])
+    kwargs.setdefault("vocab_size", padded_vocab(tokenizer_vocab) if tokenizer_vocab else BYTE_VOCAB_SIZE)
+    if tokenizer_vocab and kwargs["vocab_size"] < tokenizer_vocab:
+        raise ConfigError("vocab_size", f"{kwargs['vocab_size']} is smaller than the tokenizer's "
+                                        f"{tokenizer_vocab} tokens")
     return ModelConfig(name=name, **kwargs)
 
 
@@ -114,10 +129,12 @@ def spec_model(model: str, model_config: str = "") -> ModelConfig:
     return from_hf_dict(data, model)
 
 
-def resolve_model(text: str) -> ModelConfig:
-    """`--model` value: a preset name, or a path to a config.json (or a folder holding one)."""
+def resolve_model(text: str, tokenizer_vocab: int | None = None) -> ModelConfig:
+    """`--model` value: a preset name, or a path to a config.json (or a folder holding one).
+    With the run's tokenizer size, a preset's vocabulary follows it (padded to 64)."""
     if text in CONFIGS:
-        return CONFIGS[text]
+        c = CONFIGS[text]
+        return replace(c, vocab_size=padded_vocab(tokenizer_vocab)) if tokenizer_vocab else c
     path = Path(text)
     if path.is_dir():
         path = path / "config.json"
@@ -134,7 +151,7 @@ def resolve_model(text: str) -> ModelConfig:
         raise ConfigError("--model", f"{path} is not JSON: {exc}") from None
     name = path.parent.name if path.stem == "config" and path.parent.name else path.stem
     try:
-        return from_hf_dict(data, name or "custom")
+        return from_hf_dict(data, name or "custom", tokenizer_vocab)
     except ConfigError as exc:
         raise ConfigError(exc.field, f"{exc.problem} (in {path})") from None
 

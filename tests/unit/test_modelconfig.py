@@ -70,3 +70,15 @@ def test_cli_refuses_a_bad_config_at_once(tmp_path):
         assert proc.returncode == 2, proc.stderr
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and ("num_key_value_heads" in lines[0] or "num_hidden_layers" in lines[0]), lines
+
+
+def test_the_vocab_size_follows_the_tokenizer(tmp_path):
+    assert resolve_model("tiny", tokenizer_vocab=4096).vocab_size == 4096
+    assert resolve_model("tiny", tokenizer_vocab=257).vocab_size == 320
+    assert to_spec_json(resolve_model("tiny", tokenizer_vocab=4096)) != ""     # travels in full
+    no_vocab = {k: v for k, v in GOOD.items() if k != "vocab_size"}
+    (tmp_path / "config.json").write_text(json.dumps(no_vocab))
+    assert resolve_model(str(tmp_path), tokenizer_vocab=5000).vocab_size == 5056
+    with pytest.raises(ConfigError) as err:
+        from_hf_dict(GOOD, "x", tokenizer_vocab=4096)                          # 384 < 4096
+    assert err.value.field == "vocab_size"
