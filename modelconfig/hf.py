@@ -140,7 +140,7 @@ def resolve_model(text: str, tokenizer_vocab: int | None = None) -> ModelConfig:
         path = path / "config.json"
     if not path.exists():
         if "/" not in text and not text.endswith(".json"):
-            raise ConfigError("--model", f"unknown model {text!r}: a preset ({', '.join(CONFIGS)}) or a "
+            raise ConfigError("--model", f"unknown model config {text!r}: a preset ({', '.join(CONFIGS)}) or a "
                                          "path to a config.json")
         raise ConfigError("--model", f"{path} does not exist")
     try:

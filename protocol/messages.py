@@ -215,6 +215,40 @@ class StateReply:
 
 
 @dataclass(frozen=True)
+class WeightsRequest:
+    """Export (v1.3): a reader of a live run (`skippipe-coordinator export --initial-peers`)
+    asks a replica of `stage` for its current parameters, one chunk at a time. The first
+    request (offset 0, snapshot 0) makes the replica take a snapshot; the others name it, so
+    every chunk comes from the same weights while training goes on."""
+
+    run: str
+    stage: int
+    snapshot: int = 0                 # 0: take a new one; else the id the first reply gave
+    offset: int = 0
+    max_elements: int = 1 << 19
+
+    def __post_init__(self):
+        check_run_name(self.run)
+        for name in ("stage", "snapshot", "offset"):
+            if getattr(self, name) < 0:
+                raise FieldError(name, "must be >= 0")
+        if not 1 <= self.max_elements <= 1 << 20:
+            raise FieldError("max_elements", "must be in [1, 2**20]")
+
+
+@dataclass(frozen=True)
+class WeightsReply:
+    stage: int
+    snapshot: int
+    iteration: int                    # the last iteration whose step the weights include (-1: none)
+    layer_start: int
+    layer_end: int
+    total_elements: int               # parameters of the stage, in its parameter order
+    offset: int
+    tensor: TensorPayload             # float32 elements [offset, offset + len)
+
+
+@dataclass(frozen=True)
 class IterationReport:
     """Published by each stage-0 peer after each iteration (DHT progress key, own subkey)."""
 

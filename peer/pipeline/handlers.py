@@ -52,6 +52,7 @@ class WorkHandlers:
         server.register(m.IterationDone, self.iteration_done)
         server.register(m.MicrobatchFailed, self.microbatch_failed)
         server.register(m.StateRequest, self.state_request)
+        server.register(m.WeightsRequest, self.weights_request)
         server.register(SpotCheckRequest, self.spot_check_request)
         server.register(SpotCheckReference, self.spot_check_reference)
 
@@ -223,6 +224,17 @@ class WorkHandlers:
             return await w.donor.reply(req)
         except NotReady as exc:
             raise Rejected(ErrorCode.OVERLOADED, str(exc)) from None
+        except ValueError as exc:
+            raise Rejected(ErrorCode.WRONG_STAGE, str(exc)) from None
+
+    async def weights_request(self, remote: str, req: m.WeightsRequest) -> m.WeightsReply:
+        """Export of a live run: our stage's current weights to whoever may talk to us (anyone
+        in an open run; with a join key the RPC gate has admitted members only)."""
+        w = self.worker
+        if req.run != w.spec.run:
+            raise Rejected(ErrorCode.UNKNOWN_RUN, f"this peer serves run {w.spec.run!r}, not {req.run!r}")
+        try:
+            return await w.donor.weights(req)
         except ValueError as exc:
             raise Rejected(ErrorCode.WRONG_STAGE, str(exc)) from None
 

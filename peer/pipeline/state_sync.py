@@ -43,6 +43,8 @@ class StateDonor:
     def __init__(self, worker: "PipelineWorker"):
         self.w = worker
         self._snapshot: tuple[int, torch.Tensor, int, int] | None = None
+        self._weights: tuple[int, torch.Tensor, int] | None = None   # (id, parameters, iteration)
+        self._weights_id = 0
 
     async def reply(self, req: m.StateRequest) -> m.StateReply:
         w = self.w
@@ -61,6 +63,29 @@ class StateDonor:
         part = vector[req.offset:req.offset + min(req.max_elements, CHUNK_ELEMENTS)]
         return m.StateReply(req.stage, req.iteration, vector.numel(), req.offset, steps, adam,
                             tensor_codec.encode(part))
+
+
+    async def weights(self, req: m.WeightsRequest) -> m.WeightsReply:
+        """Export: our stage's parameters from one snapshot (taken on the compute thread, so
+        between steps); a newer first request replaces it, and readers of the old one restart."""
+        w = self.w
+        if w.runner is None or w.stage != req.stage:
+            raise ValueError(f"we do not host stage {req.stage}")
+        if req.snapshot == 0:
+            if req.offset:
+                raise ValueError("a new snapshot is read from offset 0")
+            vector, iteration = await w.compute(lambda r: (r.parameter_vector(), w.stepped_iteration), w.runner)
+            self._weights_id += 1
+            self._weights = (self._weights_id, vector, iteration)
+        elif self._weights is None or self._weights[0] != req.snapshot:
+            raise ValueError(f"snapshot {req.snapshot} is gone (another reader took a newer one); start again")
+        sid, vector, iteration = self._weights
+        if req.offset >= vector.numel():
+            raise ValueError(f"offset {req.offset} is past the stage's {vector.numel()} parameters")
+        part = vector[req.offset:req.offset + min(req.max_elements, CHUNK_ELEMENTS)]
+        module = w.runner.module
+        return m.WeightsReply(req.stage, sid, iteration, module.layer_start, module.layer_end, vector.numel(),
+                              req.offset, tensor_codec.encode(part))
 
 
 async def fetch_state(w: "PipelineWorker", schedule: Schedule, stage: int) -> bool:
