@@ -51,7 +51,7 @@ def _tokenizer(spec: str):
         raise UsageError(f"--tokenizer: {exc}") from None
 
 
-def _check_prompt(tokenizer, prompt: str, config) -> list[int]:
+def _encode_prompt(tokenizer, prompt: str) -> list[int]:
     ids = tokenizer.encode(prompt)
     if not ids:
         raise UsageError("the prompt encodes to no tokens")
@@ -60,16 +60,25 @@ def _check_prompt(tokenizer, prompt: str, config) -> list[int]:
         at = next((i for i, (x, y) in enumerate(zip(prompt, back)) if x != y), min(len(prompt), len(back)))
         raise UsageError(f"tokenizer {tokenizer.name} cannot encode the prompt (it differs from character {at}: "
                          f"{prompt[at:at + 10]!r})")
-    if len(ids) >= config.max_seq_len:
-        raise UsageError(f"the prompt is {len(ids)} tokens; the model's context is {config.max_seq_len}")
-    if max(ids) >= config.vocab_size:
-        raise UsageError(f"tokenizer {tokenizer.name} gives ids up to {max(ids)}, beyond the model's "
-                         f"vocab_size {config.vocab_size}: it is not this model's tokenizer")
     return ids
 
 
-def load_for_generate(a):
-    """(StagedModel, tokenizer) from a checkpoint folder or an exported folder."""
+def _check_fits(ids: list[int], tokenizer, config) -> None:
+    if len(ids) >= config.max_seq_len:
+        raise UsageError(f"the prompt is {len(ids)} tokens; the model's context is {config.max_seq_len}")
+    if max(ids) >= config.vocab_size or tokenizer.vocab_size > config.vocab_size:
+        raise UsageError(f"tokenizer {tokenizer.name} has {tokenizer.vocab_size} tokens, more than the model's "
+                         f"vocab_size {config.vocab_size}: it is not this model's tokenizer")
+
+
+def generate_tokenizer(a):
+    """--tokenizer, else an exported folder's own tokenizer.json, else the byte tokenizer."""
+    own = a.checkpoint / "tokenizer.json"
+    return _tokenizer(a.tokenizer or (str(own) if own.is_file() else "byte"))
+
+
+def load_model(a):
+    """A StagedModel from a checkpoint folder or an exported folder."""
     from peer.compute.hf_export import is_hf_folder, layer_split, load_hf_folder
     from peer.compute.sampling import StagedModel
     if is_hf_folder(a.checkpoint):
@@ -78,12 +87,10 @@ def load_for_generate(a):
             split = layer_split(model.config.n_layers, a.stages)
         if a.omit > 0 and not split:
             raise UsageError(f"{a.checkpoint} does not record its stage split: give --stages S for --omit")
-        own = a.checkpoint / "tokenizer.json"
-        tokenizer = _tokenizer(a.tokenizer or (str(own) if own.is_file() else "byte"))
-        return StagedModel.from_decoder(model, split), tokenizer
+        return StagedModel.from_decoder(model, split)
     from peer.compute.stage_checkpoint import load_stage_modules
     _, stages, _ = load_stage_modules(a.checkpoint, a.run)
-    return StagedModel.from_stages(stages), _tokenizer(a.tokenizer or "byte")
+    return StagedModel.from_stages(stages)
 
 
 def cmd_generate(a) -> int:
@@ -91,8 +98,10 @@ def cmd_generate(a) -> int:
     from peer.compute.sampling import generate
     from peer.evaluate import choices
     torch.set_num_threads(max(1, min(4, torch.get_num_threads())))
-    model, tokenizer = load_for_generate(a)
-    ids = _check_prompt(tokenizer, a.prompt, model.config)
+    tokenizer = generate_tokenizer(a)
+    ids = _encode_prompt(tokenizer, a.prompt)          # before the weights are read
+    model = load_model(a)
+    _check_fits(ids, tokenizer, model.config)
     s = model.num_stages
     omit = round(a.omit * (s - 1))
     gone = choices(s, omit, 1, random.Random(a.seed))[0] if omit else ()
@@ -100,8 +109,7 @@ def cmd_generate(a) -> int:
     if a.omit > 0:
         print(f"omitting stage(s) {list(gone) or 'none'} of {s} (keeping {keep})", file=sys.stderr)
     out = generate(model, ids, a.max_new_tokens, keep, temperature=a.temperature, top_p=a.top_p,
-                   seed=a.seed, vocab_limit=min(tokenizer.vocab_size, model.config.vocab_size),
-                   eos_id=tokenizer.eos_id)
+                   seed=a.seed, vocab_limit=tokenizer.vocab_size, eos_id=tokenizer.eos_id)
     print(tokenizer.decode(out))
     return 0
 

@@ -84,6 +84,9 @@ def test_a_prompt_the_tokenizer_cannot_encode_is_a_one_line_error(checkpoint, tm
     assert hf_main(["generate", flags(checkpoint, prompt="to be é", tokenizer=str(tmp_path / "words.json"))]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "cannot encode the prompt" in err
+    assert hf_main(["generate", flags(checkpoint, tokenizer="bpe")]) == 2    # 4096 tokens, 320 rows
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not this model's tokenizer" in err
 
 
 @pytest.mark.parametrize("args,message", [
