@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from modelconfig import ConfigError, ModelConfig, from_hf_dict, to_hf_dict
+from modelconfig import ModelConfig, from_hf_dict, to_hf_dict
 from peer.compute.model import Decoder
 
 # our global name -> transformers' name ({i}: global layer index)
@@ -219,4 +219,4 @@ def load_hf_folder(path: Path) -> tuple[Decoder, list[int]]:
     return model.eval(), split
 
 
-__all__ = ["ConfigError", "ExportError", "is_hf_folder", "load_hf_folder", "parse_size", "write_hf_folder"]
+__all__ = ["ExportError", "is_hf_folder", "load_hf_folder", "parse_size", "write_hf_folder"]
