@@ -23,7 +23,7 @@ from tokendata.readers import Piece, expand_inputs, iter_all
 from tokendata.tokenizer import Tokenizer
 from tokendata.writer import ShardWriter, Splitter
 
-BATCH_BYTES = 4 << 20
+BATCH_BYTES = 2 << 20
 DEFAULT_SHARD_TOKENS = 100_000_000     # 200 MB of uint16 per shard, as FineWeb's nanoGPT shards
 DEFAULT_VAL_FRACTION = 0.005
 

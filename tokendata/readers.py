@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-PIECE_BYTES = 1 << 20
+PIECE_BYTES = 1 << 18
 PARQUET_BATCH_ROWS = 1024
 SUFFIXES = (".txt", ".jsonl", ".jsonl.gz", ".parquet")
 
