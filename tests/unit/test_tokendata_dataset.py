@@ -87,10 +87,12 @@ def test_streaming_memory_stays_bounded(tmp_path, monkeypatch):
     text = "".join(f"line {i} of a long file\n" for i in range(2000))
     (tmp_path / "big.txt").write_text(text)
     seen = []
-    real = tok.encode_batch
-    monkeypatch.setattr(tok, "encode_batch", lambda texts: seen.append(sum(map(len, texts))) or real(texts))
+    real = build.FlatEncoder.encode
+    monkeypatch.setattr(build.FlatEncoder, "encode",
+                        lambda self, texts, ends: seen.append(sum(map(len, texts))) or real(self, texts, ends))
     progress = []
-    m = build_dataset([tmp_path / "big.txt"], tok, tmp_path / "ds", val_fraction=0.0, progress=progress.append)
+    m = build_dataset([tmp_path / "big.txt"], tok, tmp_path / "ds", val_fraction=0.0, workers=1,
+                      progress=progress.append)
     assert len(seen) > 50 and max(seen) < 400
     assert progress == sorted(progress) and progress[-1] == len(text.encode())
     got = np.fromfile(tmp_path / "ds" / m.train[0].file, dtype="<u2")
