@@ -6,7 +6,9 @@ the embedded Shakespeare corpus, its lines shuffled with a seeded RNG per block,
 readers are exercised. Then runs the real `data` subcommand in a child process with the
 shipped BPE tokenizer (or --tokenizer) and reports MB of text per second (wall clock, start
 to finished dataset) and peak RSS: the sum over the command and its worker processes,
-sampled every 0.1 s from /proc. Targets: >= 5 MB/s, peak RSS < 1 GB.
+sampled every 0.1 s from /proc. Also MB per CPU-second (the command's and its workers' user +
+system time), which does not depend on how busy the machine is: on an idle machine with C
+cores, MB/s is about C times that. Targets: >= 5 MB/s, peak RSS < 1 GB.
 
   python bench/data.py [--size-mb 1024] [--tokenizer bpe] [--runs 1]
 Last line: RESULT mb_per_s=<min over runs> peak_rss_mb=<max over runs> ...
@@ -16,6 +18,7 @@ import gzip
 import json
 import os
 import random
+import resource
 import shutil
 import subprocess
 import sys
@@ -80,12 +83,18 @@ def tree_rss_mb(pid: int) -> float:
     return total / 1024
 
 
-def build_once(inputs: Path, out: Path, tokenizer: str, workers: int | None) -> tuple[float, float, str]:
-    """(wall seconds, peak RSS MB of the command and its workers together, its summary line)."""
+def children_cpu_s() -> float:
+    """CPU seconds of every waited-for descendant (the command and, through it, its workers)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def build_once(inputs: Path, out: Path, tokenizer: str, workers: int | None) -> tuple[float, float, float, str]:
+    """(wall seconds, CPU seconds, peak RSS MB of the command and its workers together, its summary)."""
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
     cmd = [sys.executable, "-m", "coordinator.cli", "data", "--input", str(inputs),
            "--tokenizer", tokenizer, "-o", str(out)] + (["--workers", str(workers)] if workers else [])
-    start = time.monotonic()
+    start, cpu = time.monotonic(), children_cpu_s()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
     peak = 0.0
     while proc.poll() is None:               # sampled: the sum over processes has no rusage
@@ -95,7 +104,7 @@ def build_once(inputs: Path, out: Path, tokenizer: str, workers: int | None) -> 
     summary = proc.stdout.read().strip()
     if proc.returncode != 0:
         sys.exit(f"data command failed (exit {proc.returncode})")
-    return elapsed, peak, summary
+    return elapsed, children_cpu_s() - cpu, peak, summary
 
 
 def main() -> int:
@@ -107,17 +116,20 @@ def main() -> int:
         total = generate(inputs, args.size_mb, args.seed)
         print(f"generated {total / 1e6:,.0f} MB of text in {len(list(inputs.iterdir()))} files "
               f"({time.monotonic() - start:.0f} s)", flush=True)
-        rates, rsss = [], []
+        rates, rsss, cpu_rates = [], [], []
         for run in range(args.runs):
             out = Path(tmp) / f"dataset{run}"
-            elapsed, rss, summary = build_once(inputs, out, args.tokenizer, args.workers)
+            elapsed, cpu, rss, summary = build_once(inputs, out, args.tokenizer, args.workers)
             rates.append(total / 1e6 / elapsed)
+            cpu_rates.append(total / 1e6 / cpu)
             rsss.append(rss)
-            print(f"run {run + 1}: {rates[-1]:.2f} MB/s, {elapsed:.1f} s, peak RSS {rss:.0f} MB\n  {summary}",
-                  flush=True)
+            print(f"run {run + 1}: {rates[-1]:.2f} MB/s, {elapsed:.1f} s, {cpu:.1f} CPU-s "
+                  f"({cpu_rates[-1]:.2f} MB per CPU-second), peak RSS {rss:.0f} MB, load average "
+                  f"{os.getloadavg()[0]:.1f}\n  {summary}", flush=True)
             shutil.rmtree(out)
     spread = f" mb_per_s_max={max(rates):.2f}" if len(rates) > 1 else ""
-    print(f"RESULT mb_per_s={min(rates):.2f}{spread} peak_rss_mb={max(rsss):.0f} size_mb={total / 1e6:.0f} "
+    print(f"RESULT mb_per_s={min(rates):.2f}{spread} peak_rss_mb={max(rsss):.0f} "
+          f"mb_per_cpu_s={min(cpu_rates):.2f} size_mb={total / 1e6:.0f} "
           f"tokenizer={args.tokenizer} runs={args.runs} cpus={os.cpu_count()}")
     return 0
 
