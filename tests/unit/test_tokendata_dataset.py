@@ -208,3 +208,15 @@ def test_memmap_batches_reproducible_and_in_bounds(dataset):
     assert (evals[0][0][0] == np.fromfile(folder / "validation.bin", dtype="<u2")[:49]).all()
     with pytest.raises(DatasetError, match="fewer than seq_len"):
         TokenDataset([np.arange(10, dtype=np.uint16)]).batch(**{**kw, "seq_len": 10})
+
+
+def test_txt_pieces_bound_memory_even_without_newlines(tmp_path, monkeypatch):
+    monkeypatch.setattr(readers, "PIECE_BYTES", 16)
+    text = "ab" * 50 + " " + "日本語" * 40 + "\n" + "x" * 20 + "ü" * 30
+    (tmp_path / "long.txt").write_text(text)
+    pieces = list(readers.iter_pieces(tmp_path / "long.txt"))
+    assert "".join(p.text for p in pieces) == text and [p.doc_end for p in pieces].count(True) == 1
+    assert max(p.nbytes for p in pieces) < 5 * 16 and sum(p.nbytes for p in pieces) == len(text.encode())
+    (tmp_path / "bad.txt").write_bytes(b"x" * 100 + b"\n" + b"y" * 40 + b"\xff")
+    with pytest.raises(InputError, match=re.escape("bad.txt: not valid UTF-8 (invalid start byte at byte 141)")):
+        list(readers.iter_pieces(tmp_path / "bad.txt"))
