@@ -220,3 +220,25 @@ def test_txt_pieces_bound_memory_even_without_newlines(tmp_path, monkeypatch):
     (tmp_path / "bad.txt").write_bytes(b"x" * 100 + b"\n" + b"y" * 40 + b"\xff")
     with pytest.raises(InputError, match=re.escape("bad.txt: not valid UTF-8 (invalid start byte at byte 141)")):
         list(readers.iter_pieces(tmp_path / "bad.txt"))
+
+
+def test_vocabularies_over_65536_tokens_are_stored_as_uint32(tmp_path):
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import decoders, models, pre_tokenizers
+
+    from tokendata.tokenizer import EOS_TOKEN, Tokenizer, bytes_to_unicode
+    vocab = {ch: b for b, ch in bytes_to_unicode().items()}
+    vocab.update({f"<unused{i}>": 256 + i for i in range(70_000)})     # never produced by text
+    inner = HFTokenizer(models.BPE(vocab=vocab, merges=[]))
+    inner.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    inner.decoder = decoders.ByteLevel()
+    inner.add_special_tokens([EOS_TOKEN])
+    big = Tokenizer(inner, "big")
+    assert big.vocab_size == 70_257 and big.eos_id == 70_256 and big.token_dtype == np.uint32
+    (tmp_path / "a.txt").write_text("wide ids ✓\n" * 50)
+    m = build_dataset([tmp_path / "a.txt"], big, tmp_path / "ds", val_tokens=11)
+    assert m.dtype == "uint32" and (tmp_path / "ds" / m.train[0].file).stat().st_size == 4 * m.train_tokens
+    train, val, _ = open_dataset(tmp_path / "ds")
+    assert train.tokens(len(train) - 1, 1).tolist() == [70_256]
+    x, _ = train.batch(seed=0, iteration=0, microbatch=0, samples=2, seq_len=8)
+    assert big.decode(x[0]) in "wide ids ✓\n" * 50
