@@ -38,23 +38,27 @@ def _vocab(text: str) -> int:
 
 def cmd_tokenizer(args) -> int:
     from tokendata.readers import InputError, expand_inputs
-    from tokendata.tokenizer import TokenizerError, stderr_progress, train_bpe
+    from tokendata.progress import Progress
+    from tokendata.tokenizer import TokenizerError, train_bpe
     out = Path(args.output)
     if not out.parent.is_dir():
         return fail_usage(PROG, f"cannot write {out}: folder {out.parent} does not exist")
     start = time.monotonic()
+    report = Progress("tokenizer: read")
     try:
         expand_inputs(args.input)        # bad paths fail before any work
-        report = stderr_progress("tokenizer: read")
         tok = train_bpe(args.input, args.vocab_size, progress=report)
+        report.close()
         tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
         tok.save(tmp)
         tmp.replace(out)
     except (InputError, TokenizerError) as exc:
+        report.close(final=False)
         return fail_usage(PROG, str(exc))
     except OSError as exc:
         return fail_usage(PROG, f"cannot write {out}: {exc.strerror}")
     except KeyboardInterrupt:
+        report.close(final=False)
         return 130
     print(f"{out}: byte-level BPE, vocab {tok.vocab_size}, eos {tok.eos_id}, hash {tok.hash[:16]} "
           f"({time.monotonic() - start:.1f} s)")
@@ -65,21 +69,28 @@ def cmd_data(args) -> int:
     from tokendata.build import build_dataset
     from tokendata.manifest import DatasetError
     from tokendata.readers import InputError
-    from tokendata.tokenizer import TokenizerError, load_tokenizer, stderr_progress
+    from tokendata.progress import Progress
+    from tokendata.tokenizer import TokenizerError, load_tokenizer
     start = time.monotonic()
+    report = Progress("data: tokenizing")
     try:
         tok = load_tokenizer(args.tokenizer)
-        report = stderr_progress(f"data: tokenizing with {tok.name}")
+        report.label = f"data: tokenizing with {tok.name}"
         m = build_dataset(args.input, tok, args.output, shard_tokens=args.shard_tokens,
-                          val_fraction=args.val_fraction, val_tokens=args.val_tokens, progress=report)
+                          val_fraction=args.val_fraction, val_tokens=args.val_tokens,
+                          workers=args.workers, progress=report)
     except (InputError, TokenizerError, DatasetError) as exc:
+        report.close(final=False)
         return fail_usage(PROG, str(exc))
     except OSError as exc:
+        report.close(final=False)
         return fail_usage(PROG, f"cannot write {args.output}: {exc.strerror}")
     except KeyboardInterrupt:
+        report.close(final=False)
         return 130
     elapsed = time.monotonic() - start
-    report(m.source_bytes, final=True)
+    report(m.source_bytes)
+    report.close()
     print(f"{args.output}: dataset {m.dataset_id}, {m.documents:,} documents, {m.train_tokens:,} train "
           f"tokens in {len(m.train)} shard(s), {m.validation_tokens:,} validation tokens, {m.dtype}, "
           f"{m.source_bytes / 1e6:,.1f} MB of text in {elapsed:.1f} s "
@@ -113,4 +124,6 @@ def register(subparsers) -> None:
                      help="fraction held out for validation, spread over the input (default: 0.005)")
     val.add_argument("--val-tokens", type=positive_int, default=None, metavar="N",
                      help="instead: the first N tokens are the validation shard")
+    d.add_argument("--workers", type=positive_int, default=None, metavar="N",
+                   help="tokenizing processes (default: one per CPU core for inputs over a few MB)")
     d.set_defaults(func=cmd_data)

@@ -100,7 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where to listen (default: all IPv4 interfaces, random TCP port)")
     p.add_argument("--announce-maddrs", nargs="+", default=[], metavar="MADDR",
                    help="public addresses to advertise, if behind NAT with a forwarded port")
-    p.add_argument("--data", type=Path, help="text file or folder of .txt files (default: embedded corpus)")
+    p.add_argument("--data", type=data_path, metavar="PATH",
+                   help="a dataset folder built by `skippipe-coordinator data` (its manifest and hashes are checked), "
+                        "or a text file or folder of .txt files as bytes (default: the embedded corpus)")
     p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR,
                    help="where benchmark results are cached (default: ~/.cache/skippipe)")
     p.add_argument("--checkpoint-dir", type=Path,
@@ -153,6 +155,21 @@ def vram_size(text: str) -> int:
         return parse_vram(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def data_path(text: str) -> Path:
+    """--data: must exist; a dataset folder's manifest and shard sizes are checked now (cheap),
+    its sha256s when the peer starts."""
+    path = Path(text)
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"{text}: no such file or folder")
+    from tokendata.manifest import MANIFEST, DatasetError, verify_dataset  # torch-free, unlike peer.data
+    if (path / MANIFEST).is_file():
+        try:
+            verify_dataset(path, check_hashes=False)
+        except DatasetError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return path
 
 
 def fault_spec(text: str) -> str:

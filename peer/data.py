@@ -129,3 +129,48 @@ def load_datasets(path: str | Path | None = None, shard_index: int = 0, num_shar
     """(this peer's training shard, the shared held-out set)."""
     train, held_out = TextDataset(load_corpus(path)).split(held_out_fraction)
     return train.shard(shard_index, num_shards), held_out
+
+
+class TokenShardData:
+    """A tokendata.TokenDataset (memory-mapped token shards) with TextDataset's API in torch."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.shard_index, self.num_shards = inner.shard_index, inner.num_shards
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def shard(self, shard_index: int, num_shards: int) -> TokenShardData:
+        return TokenShardData(self.inner.shard(shard_index, num_shards))
+
+    def batch(self, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+        tokens, targets = self.inner.batch(**kwargs)
+        return torch.from_numpy(tokens), torch.from_numpy(targets)
+
+    def eval_batches(self, **kwargs) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for tokens, targets in self.inner.eval_batches(**kwargs):
+            yield torch.from_numpy(tokens), torch.from_numpy(targets)
+
+
+def is_dataset_dir(path: str | Path | None) -> bool:
+    """A folder built by `skippipe-coordinator data` (it has a dataset.json)."""
+    from tokendata.manifest import MANIFEST
+    return path is not None and (Path(path) / MANIFEST).is_file()
+
+
+def load_token_data(path: str | Path, model_vocab_size: int,
+                    check_hashes: bool = True) -> tuple[TokenShardData, TokenShardData]:
+    """(train, validation) of a dataset folder, after its manifest, sizes and (check_hashes)
+    sha256s are verified, and its tokens are known to fit the model's vocabulary.
+    Raises CorpusError with one line naming the problem."""
+    from tokendata.manifest import DatasetError
+    from tokendata.shards import open_dataset
+    try:
+        train, val, manifest = open_dataset(path, check_hashes=check_hashes)
+    except DatasetError as exc:
+        raise CorpusError(str(exc)) from None
+    if manifest.tokenizer.vocab_size > model_vocab_size:
+        raise CorpusError(f"{path}: tokenized with {manifest.tokenizer.name} ({manifest.tokenizer.vocab_size} "
+                          f"tokens), more than the model's vocabulary of {model_vocab_size}")
+    return TokenShardData(train), TokenShardData(val)

@@ -15,7 +15,7 @@ from peer.compute.model import count_parameters, spec_config
 from peer.compute.runner import StageRunner
 from peer.compute.stages import layer_ranges
 from peer.config import PeerConfig
-from peer.data import TextDataset, load_corpus
+from peer.data import CorpusError, TextDataset, TokenShardData, is_dataset_dir, load_corpus, load_token_data
 from peer.pipeline.share_codec import SHARE_BYTES
 from peer.progress import Progress
 
@@ -42,8 +42,17 @@ class RuntimeFactory:
             self.fwd_s_per_layer_sample = 0.01
         # an emulated slow device (--topology) computes `slowdown` times slower: advertise that
         self.fwd_s_per_layer_sample *= slowdown
-        self._train: TextDataset | None = None
-        self._shards: dict[tuple[int, int], TextDataset] = {}
+        self._train: TextDataset | TokenShardData | None = None
+        self._shards: dict[tuple[int, int], TextDataset | TokenShardData] = {}
+        if is_dataset_dir(config.data):
+            # A dataset folder is checked in full (every shard's sha256) before the peer joins:
+            # nothing is trained on a damaged or foreign dataset.
+            try:
+                self._train, _ = load_token_data(config.data, self.model.vocab_size)
+            except CorpusError as exc:
+                from peer.app import StartupError
+                raise StartupError(str(exc)) from None
+            logger.info("training data: %s, %d tokens", config.data, len(self._train))
 
     def _reserve(self) -> int:
         """Hold the largest stage's memory now (GPU only), so a long run cannot OOM later."""

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-PIECE_BYTES = 1 << 20
+PIECE_BYTES = 1 << 18
 PARQUET_BATCH_ROWS = 1024
 SUFFIXES = (".txt", ".jsonl", ".jsonl.gz", ".parquet")
 
@@ -85,19 +85,42 @@ def iter_all(paths: Iterable[Path]) -> Iterator[Piece]:
 
 def _txt(path: Path) -> Iterator[Piece]:
     with open(path, "rb") as f:
-        carry = b""
+        carry, offset = b"", 0
         while True:
             block = f.read(PIECE_BYTES)
             if not block:
                 break
             data = carry + block
-            cut = data.rfind(b"\n") + 1      # whole lines only; a line never spans pieces
+            cut = _cut(data)
             if cut == 0:
                 carry = data
                 continue
             carry = data[cut:]
-            yield Piece(data[:cut].decode("utf-8"), False, cut)
-        yield Piece(carry.decode("utf-8"), True, len(carry))
+            yield Piece(_decode(data[:cut], path, offset), False, cut)
+            offset += cut
+        yield Piece(_decode(carry, path, offset), True, len(carry))
+
+
+def _cut(data: bytes) -> int:
+    """Where to end a piece: after the last newline; in a line longer than 4 pieces, after
+    the last space, else at a character boundary (so memory stays bounded on any file)."""
+    cut = data.rfind(b"\n") + 1
+    if cut or len(data) < 4 * PIECE_BYTES:
+        return cut
+    cut = data.rfind(b" ") + 1
+    if cut:
+        return cut
+    cut = len(data)
+    while cut > len(data) - 4 and data[cut - 1] & 0xC0 == 0x80:   # inside a multi-byte character
+        cut -= 1
+    return cut - 1 if data[cut - 1] >= 0xC0 else cut
+
+
+def _decode(data: bytes, path: Path, offset: int) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not valid UTF-8 ({exc.reason} at byte {offset + exc.start})") from None
 
 
 def _jsonl(path: Path) -> Iterator[Piece]:

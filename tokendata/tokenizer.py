@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import importlib.resources
 import json
-import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -163,18 +162,3 @@ def train_bpe(paths: Iterable[str | Path], vocab_size: int,
 
     inner.train_from_iterator(texts(), trainer=trainer)
     return Tokenizer(inner, "bpe")
-
-
-def stderr_progress(label: str) -> Callable[[int], None]:
-    """A progress callback printing 'label: N MB (X MB/s)' to stderr at most ~twice a second."""
-    import time
-    start, last = time.monotonic(), [0.0]
-
-    def report(done: int, final: bool = False) -> None:
-        now = time.monotonic()
-        if final or now - last[0] >= 0.5:
-            last[0] = now
-            rate = done / 1e6 / max(now - start, 1e-9)
-            print(f"\r{label}: {done / 1e6:,.1f} MB ({rate:.1f} MB/s)", end="\n" if final else "",
-                  file=sys.stderr, flush=True)
-    return report

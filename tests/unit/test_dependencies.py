@@ -13,7 +13,7 @@ the rules below.
     modelconfig/          stdlib only, nothing of ours (model architectures, shared by both sides)
     opsweb/               stdlib only, nothing of ours (the HTTP server + Prometheus text that
                           coordinator/ and peer/ share; asyncio allowed, unlike protocol/)
-    tokendata/            stdlib + numpy + tokenizers + pyarrow + itself (tokenizers and token
+    tokendata/            stdlib + numpy + tokenizers + regex + pyarrow + itself (tokenizers and token
                           datasets, shared by coordinator/ and peer/): no torch, nothing else of ours
 """
 from __future__ import annotations
@@ -140,8 +140,8 @@ def rule_problems(module: str, imp: Import) -> list[str]:
     if module == "tokendata" or module.startswith("tokendata."):
         if _ours(imp) and imp.top != "tokendata":
             bad("tokendata/ imports nothing else of ours")
-        elif imp.top not in STDLIB and imp.top not in ("numpy", "tokenizers", "pyarrow", "tokendata"):
-            bad("tokendata/ depends on the standard library, numpy, tokenizers and pyarrow only")
+        elif imp.top not in STDLIB and imp.top not in ("numpy", "tokenizers", "pyarrow", "regex", "tokendata"):
+            bad("tokendata/ depends on the standard library, numpy, tokenizers, regex and pyarrow only")
     if module.startswith("peer.compute"):
         if imp.top in NETWORKING:
             bad("peer/compute/ has no hivemind, no asyncio, no networking")
