@@ -18,6 +18,7 @@ from protocol.messages import RunSpec
 from protocol.schedule import Schedule
 
 from coordinator.config import CoordinatorConfig
+from coordinator.data_ledger import DataLedger
 from coordinator.dht_io import CoordinatorRecords, record_validators
 from coordinator.planner import PlanConfig, PlanningError, plan
 from coordinator.progress import IterationSummary, ProgressTracker
@@ -86,6 +87,7 @@ class CoordinatorApp:
         self.last_reports: dict = {}        # peer -> IterationReport of the last completed iteration
         self.status = StatusView(self)
         self.http: StatusServer | None = None
+        self.ledger = DataLedger(self.spec.microbatch_samples)   # lost samples go to the next epoch
 
     @property
     def maddrs(self) -> list[str]:
@@ -167,8 +169,13 @@ class CoordinatorApp:
         pending = {i: dict(r) for i, r in self.progress.reports.items()}  # complete() drops them
         online = snapshot.online
         for summary in self.progress.complete(self._origins_for, lambda p: p not in online,
-                                              self._planned_microbatches):
+                                              self._planned_microbatches, self._planned_ids):
             self.summaries.append(summary)
+            if summary.lost_microbatches:
+                positions = self.ledger.lost(self._schedule_for(summary.iteration), summary.iteration,
+                                             summary.lost_microbatches)
+                logger.info("iteration %d lost microbatch(es) %s: their %d samples are trained again later",
+                            summary.iteration, list(summary.lost_microbatches), len(positions))
             self.last_reports = pending.get(summary.iteration, {})
             if self.on_iteration is not None:
                 result = self.on_iteration(summary)
@@ -176,6 +183,8 @@ class CoordinatorApp:
                     await result
             if self.spec.max_steps and summary.iteration + 1 >= self.spec.max_steps:
                 self.finished = True
+        if self.ledger.has_pending() and self.schedule is not None and not self.finished:
+            await self._republish("lost samples to train again")
 
     async def _unbanned(self, adverts: dict) -> dict:
         for reporter, record in (await self.records.get_spot_checks()).items():
@@ -199,7 +208,8 @@ class CoordinatorApp:
         except (NotPlannable, PlanningError) as exc:
             logger.warning("cannot plan yet: %s", exc)
             return
-        schedule = dataclasses.replace(schedule, start_iteration=self._next_start_iteration())
+        start = self._next_start_iteration()
+        schedule = dataclasses.replace(schedule, start_iteration=start, **self.ledger.fields_for(self.schedule, start))
         await self.records.put_schedule(schedule)
         self._adopt(schedule)
         self.topology = topology
@@ -213,6 +223,19 @@ class CoordinatorApp:
                     "(planned in %.2fs); stages %s", epoch, schedule.start_iteration, len(topology.nodes),
                     len(schedule.routes), schedule.predicted_iteration_s, time.perf_counter() - t0,
                     {s: len(p) for s, p in sorted(stages.items())})
+
+    async def _republish(self, why: str) -> None:
+        """The current routes as a new epoch: only its data fields change."""
+        start = max(self._next_start_iteration(), self.schedule.start_iteration + 1)
+        schedule = dataclasses.replace(self.schedule, epoch=self.schedule.epoch + 1, start_iteration=start,
+                                       **self.ledger.fields_for(self.schedule, start))
+        await self.records.put_schedule(schedule)
+        self._adopt(schedule)
+        self.replans.append({"epoch": schedule.epoch, "published_at": time.time(), "start_iteration": start,
+                             "peers": len(schedule.assignment), "reason": why,
+                             "predicted_iteration_s": schedule.predicted_iteration_s})
+        logger.info("published epoch %d from iteration %d (same routes): %s (%d samples)", schedule.epoch,
+                    start, why, len(schedule.data_retry))
 
     def _next_start_iteration(self) -> int:
         if self.schedule is None and not self.progress.reports and not self.summaries:
@@ -234,6 +257,10 @@ class CoordinatorApp:
     def _origins_for(self, iteration: int) -> set[str]:
         schedule = self._schedule_for(iteration)
         return set() if schedule is None else {r.origin for r in schedule.routes}
+
+    def _planned_ids(self, iteration: int, origin: str) -> list[int]:
+        schedule = self._schedule_for(iteration)
+        return [] if schedule is None else [r.microbatch_id for r in schedule.routes if r.origin == origin]
 
     def _planned_microbatches(self, iteration: int, origin: str) -> int:
         schedule = self._schedule_for(iteration)

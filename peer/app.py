@@ -33,6 +33,8 @@ from peer.status import status_line
 from peer.transport.hivemind_p2p import HivemindTransport
 from peer.transport.rpc import RpcClient, RpcServer
 
+from tokendata.cursor import compress_positions
+
 logger = logging.getLogger("skippipe.peer")
 SPEC_WAIT_S = 60.0
 LINGER_AFTER_FINISH_S = 5.0
@@ -246,7 +248,8 @@ class PeerApp:
             loss_sum=outcome.loss_sum, samples=outcome.samples, tokens=outcome.samples * spec.seq_len,
             started_at=outcome.started_at, finished_at=outcome.finished_at,
             counts=MicrobatchCounts(**outcome.counts),
-            stages_visited=outcome.stages_visited)
+            stages_visited=outcome.stages_visited, positions=compress_positions(outcome.positions),
+            lost_microbatches=tuple(outcome.lost_microbatches))
         self.reports.append(report)
         self.progress_publisher.kick()   # in the background: the next iteration does not wait for the DHT
 

@@ -39,6 +39,8 @@ TYPE_CODES: dict[type, int] = {
     m.Ack: 23,
     m.StateRequest: 24,
     m.StateReply: 25,
+    m.DataRequest: 26,
+    m.DataReply: 27,
     m.Ping: 30,
     m.Pong: 31,
     TensorChunk: 40,

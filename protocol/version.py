@@ -6,7 +6,7 @@ which older peers drop when decoding.
 from protocol.errors import VersionMismatch
 
 PROTOCOL_MAJOR = 1
-PROTOCOL_MINOR = 2
+PROTOCOL_MINOR = 3
 PROTOCOL_VERSION = (PROTOCOL_MAJOR, PROTOCOL_MINOR)
 PACKAGE_VERSION = "0.1.0"
 
