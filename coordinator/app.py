@@ -17,8 +17,11 @@ from protocol.membership import JoinKeyError, create_join_key, load_join_key
 from protocol.messages import RunSpec
 from protocol.schedule import Schedule
 
+from tokendata.transfer import DataServer
+
 from coordinator.config import CoordinatorConfig
 from coordinator.data_ledger import DataLedger
+from coordinator.data_setup import RunData, resolve_run_data, servable_files
 from coordinator.dht_io import CoordinatorRecords, record_validators
 from coordinator.planner import PlanConfig, PlanningError, plan
 from coordinator.progress import IterationSummary, ProgressTracker
@@ -30,8 +33,10 @@ logger = logging.getLogger("skippipe.coordinator")
 SWITCH_MARGIN_S = 4.0      # a new epoch starts this far (in iterations' time) after its publication
 
 
-def spec_from_config(config: CoordinatorConfig) -> RunSpec:
-    return RunSpec(run=config.run, model=config.model, num_stages=config.num_stages,
+def spec_from_config(config: CoordinatorConfig, data: RunData | None = None) -> RunSpec:
+    data = data or resolve_run_data(config.data_dir, config.tokenizer)
+    return RunSpec(tokenizer=data.tokenizer, tokenizer_hash=data.tokenizer_hash, dataset_id=data.dataset_id,
+                   vocab_size=data.vocab_size, run=config.run, model=config.model, num_stages=config.num_stages,
                    skip_ratio=config.skip_ratio, seed=config.seed,
                    microbatch_samples=config.microbatch_samples, seq_len=config.seq_len,
                    microbatches_per_origin=config.microbatches_per_origin,
@@ -65,9 +70,11 @@ class CoordinatorApp:
     adjust_topology = staticmethod(lambda topology: topology)
 
     def __init__(self, config: CoordinatorConfig,
-                 on_iteration: Callable[[IterationSummary], Awaitable[None] | None] | None = None):
+                 on_iteration: Callable[[IterationSummary], Awaitable[None] | None] | None = None,
+                 run_data: RunData | None = None):
         self.config = config
-        self.spec = spec_from_config(config)
+        self.run_data = run_data or resolve_run_data(config.data_dir, config.tokenizer)
+        self.spec = spec_from_config(config, self.run_data)
         self.on_iteration = on_iteration
         self.stop = asyncio.Event()
         self.ready = asyncio.Event()        # set once the DHT is up and the spec is written
@@ -102,6 +109,7 @@ class CoordinatorApp:
         try:
             self.records = CoordinatorRecords(self.dht, cfg.run, join_key)
             await self.records.put_spec(self.spec)
+            await self._serve_data()
             previous = await self.records.get_schedule()
             if previous is not None and previous.run == cfg.run:
                 self._adopt(previous)
@@ -120,6 +128,14 @@ class CoordinatorApp:
             if cfg.maddrs_file:  # a stale file would send peers to a dead address
                 Path(cfg.maddrs_file).unlink(missing_ok=True)
             self.dht.shutdown()
+
+    async def _serve_data(self) -> None:
+        """Volunteers without a copy of --data download it from us (tokendata/transfer.py)."""
+        files = servable_files(self.run_data)
+        if files:
+            self.data_server = DataServer(self.run_data.dataset_id, files)
+            await self.data_server.attach(await self.dht.replicate_p2p())
+            logger.info("serving dataset %s (%d files) to peers", self.run_data.dataset_id, len(files))
 
     async def _start_status_page(self) -> None:
         if self.config.status_port is None:
@@ -267,9 +283,9 @@ class CoordinatorApp:
         return 0 if schedule is None else sum(r.origin == origin for r in schedule.routes)
 
 
-def run_coordinator(config: CoordinatorConfig) -> int:
+def run_coordinator(config: CoordinatorConfig, run_data: RunData | None = None) -> int:
     async def main() -> int:
-        app = CoordinatorApp(config, on_iteration=print_summary)
+        app = CoordinatorApp(config, on_iteration=print_summary, run_data=run_data)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, app.stop.set)

@@ -40,6 +40,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--skip", type=skip_ratio, default=0.0, metavar="K",
                    help="skip ratio k in [0, 1), e.g. 0.33 or 1/3 (default: 0, the full pipeline)")
     p.add_argument("--strategy", choices=["skippipe", "full", "random-skip"], default="skippipe")
+    add_data_arguments(p)
     p.add_argument("--seed", type=int, default=0, help="seed for model init, data and planning")
     p.add_argument("--steps", type=int, default=0, help="iterations to train; 0 = until stopped")
     p.add_argument("--microbatch-samples", type=positive_int, default=4)
@@ -64,6 +65,25 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=run_command)
 
 
+def add_data_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", default="", metavar="DIR",
+                   help="dataset folder to train on (from `skippipe-coordinator data`; peers without a copy "
+                        "download it from the coordinator); default: the embedded corpus")
+    p.add_argument("--tokenizer", default="", metavar="byte|bpe|FILE",
+                   help="tokenizer of the embedded corpus (default: byte; bpe: the shipped 4096-token BPE); "
+                        "with --data, the dataset's own (checked)")
+
+
+def resolve_data_or_exit(prog: str, args: argparse.Namespace):
+    """The run's data, checked before any network starts: one line and exit code 2 if unusable."""
+    from coordinator.data_setup import DataSetupError, resolve_run_data
+    try:
+        return resolve_run_data(args.data, args.tokenizer)
+    except DataSetupError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
     return CoordinatorConfig(
         run=args.run, model=args.model, num_stages=args.stages, skip_ratio=args.skip,
@@ -73,15 +93,16 @@ def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
         host_maddrs=tuple(args.host_maddrs), announce_maddrs=tuple(args.announce_maddrs),
         initial_peers=tuple(args.initial_peers), min_peers=args.min_peers, status_port=args.status_port,
         status_host=args.status_host, maddrs_file=args.maddrs_file,
-        join_key_path=args.join_key,
+        join_key_path=args.join_key, data_dir=args.data, tokenizer=args.tokenizer,
     )
 
 
 def run_command(args: argparse.Namespace) -> int:
     setup_logging(args.log_level, args.log_format)
+    run_data = resolve_data_or_exit("skippipe-coordinator", args)
     from coordinator.app import run_coordinator  # hivemind only once the flags are valid
     hivemind_logs_as(args.log_format)
-    return run_coordinator(config_from_args(args))
+    return run_coordinator(config_from_args(args), run_data)
 
 
 def hivemind_logs_as(log_format: str) -> None:

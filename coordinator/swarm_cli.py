@@ -20,6 +20,7 @@ from protocol.logsetup import add_logging_flags, setup_logging
 from protocol.settings import add_config_flag, apply_settings, port_or_off
 
 from coordinator.chaos_spec import ChaosSpecError, parse_chaos
+from coordinator.cli import add_data_arguments, resolve_data_or_exit
 from coordinator.config import CoordinatorConfig
 from coordinator.emulated_topology import assign_nodes, with_emulated_links
 from coordinator.planner.costs import LOCAL_SWARM_OVERHEADS
@@ -44,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=positive_int, default=20, help="training iterations (default: 20)")
     p.add_argument("--skip", type=skip_ratio, default=1 / 3, metavar="K", help="skip ratio (default: 1/3)")
     p.add_argument("--strategy", choices=["skippipe", "full", "random-skip"], default="skippipe")
+    add_data_arguments(p)
     p.add_argument("--model", default="tiny", help="model config (default: tiny)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--microbatches", type=positive_int, default=4, help="microbatches per stage-0 peer per iteration")
@@ -106,7 +108,8 @@ class ProgressPrinter:
 def iteration_rows(summaries: list[IterationSummary]) -> list[dict]:
     return [{"iteration": s.iteration, "epoch": s.epoch, "loss": s.loss, "started_at": s.started_at,
              "duration_s": s.duration_s, "completed": s.completed, "rerouted": s.rerouted,
-             "skipped_stage": s.skipped_stage, "reissued": s.reissued, "lost": s.lost} for s in summaries]
+             "skipped_stage": s.skipped_stage, "reissued": s.reissued, "lost": s.lost,
+             "lost_microbatches": list(s.lost_microbatches), "positions": list(s.positions)} for s in summaries]
 
 
 def summary_dict(summaries: list[IterationSummary], args, wall_s: float, replans: list[dict] = ()) -> dict:
@@ -191,9 +194,10 @@ async def run_swarm(args) -> int:
         microbatches_per_origin=args.microbatches, learning_rate=args.lr,
         host_maddrs=("/ip4/127.0.0.1/tcp/0",), min_peers=args.peers,
         join_key_path=str(args.join_key) if args.join_key else "", status_port=args.status_port,
+        data_dir=args.data, tokenizer=args.tokenizer,
         overheads=LOCAL_SWARM_OVERHEADS)   # every peer on this one machine: its measured fixed costs
     printer = ProgressPrinter(args.steps, args.stages)
-    app = CoordinatorApp(config, on_iteration=printer)
+    app = CoordinatorApp(config, on_iteration=printer, run_data=args.run_data)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, app.stop.set)
@@ -300,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     except ChaosSpecError as exc:
         return fail_usage("skippipe-swarm", str(exc))
     setup_logging(args.log_level, args.log_format)
+    args.run_data = resolve_data_or_exit("skippipe-swarm", args)
     return asyncio.run(run_swarm(args))
 
 

@@ -7,6 +7,8 @@ import json
 import logging
 from pathlib import Path
 
+import numpy as np
+
 from protocol.messages import RunSpec
 
 from peer.config import PeerConfig
@@ -51,11 +53,12 @@ async def download_dataset(spec: RunSpec, p2p, holders: list[str], folder: Path)
         raise TransferError(f"the manifest a holder sent is unusable: {exc}") from None
     if manifest.dataset_id != spec.dataset_id:  # the id is recomputed from the contents
         raise TransferError(f"a holder sent the manifest of dataset {manifest.dataset_id}, not {spec.dataset_id}")
-    total = sum(s.nbytes for s in manifest.train_shards)
+    itemsize = np.dtype(manifest.dtype).itemsize
+    total = sum(s.tokens for s in manifest.train) * itemsize
     logger.info("downloading dataset %s: %d training shards, %.1f MiB, from %d holder(s)", spec.dataset_id,
-                len(manifest.train_shards), total / 2**20, len(holders))
-    for shard in manifest.train_shards:
-        await fetch.fetch_file(shard.file, shard.sha256, shard.nbytes)
+                len(manifest.train), total / 2**20, len(holders))
+    for shard in manifest.train:   # the validation shard is for evaluation, not training
+        await fetch.fetch_file(shard.file, shard.sha256, shard.tokens * itemsize)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / MANIFEST).write_text(text)   # last: a folder with a manifest is complete
 
@@ -64,7 +67,7 @@ async def serve_dataset(p2p, dataset_id: str, folder: Path) -> DataServer:
     from tokendata.manifest import read_manifest
     manifest = read_manifest(folder)
     files = {MANIFEST: folder / MANIFEST}
-    files.update({s.file: folder / s.file for s in manifest.train_shards if (folder / s.file).exists()})
+    files.update({s.file: folder / s.file for s in manifest.train if (folder / s.file).exists()})
     server = DataServer(dataset_id, files)
     await server.attach(p2p)
     return server

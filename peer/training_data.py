@@ -59,7 +59,7 @@ def dataset_samples(spec: RunSpec, folder: Path, check_hashes: bool = True) -> S
                                   expected_tokenizer_hash=spec.tokenizer_hash or None, check_hashes=check_hashes)
     except DatasetError as exc:
         raise DataMismatch(str(exc)) from None
-    shards = [np.memmap(Path(folder) / s.file, dtype=manifest.dtype, mode="r") for s in manifest.train_shards]
+    shards = [np.memmap(Path(folder) / s.file, dtype=manifest.dtype, mode="r") for s in manifest.train]
     logger.info("training data: dataset %s (%d shards, %d tokens, tokenizer %s)", manifest.dataset_id,
-                len(shards), sum(len(s) for s in shards), manifest.tokenizer_name)
+                len(shards), sum(len(s) for s in shards), manifest.tokenizer.name)
     return SampleSource(shards, spec.seq_len, spec.seed)

@@ -28,6 +28,7 @@ class RunSpec:
     tokenizer: str = "byte"          # "byte", "bpe" (shipped) or a tokenizer file's name
     tokenizer_hash: str = ""         # sha256 of the tokenizer.json ("" = the byte tokenizer)
     dataset_id: str = ""             # the dataset manifest's id ("" = the embedded corpus)
+    vocab_size: int = 0              # ids the tokenizer emits (0 = the byte tokenizer's 257)
 
     def __post_init__(self):
         check_run_name(self.run)
@@ -40,6 +41,8 @@ class RunSpec:
                 raise FieldError(name, "must be >= 1")
         if self.stage_sizes and len(self.stage_sizes) != self.num_stages:
             raise FieldError("stage_sizes", f"needs {self.num_stages} entries")
+        if not 0 <= self.vocab_size <= 1 << 22:
+            raise FieldError("vocab_size", "must be in [0, 4194304]")
 
 
 @dataclass(frozen=True)
