@@ -1,6 +1,6 @@
 """`skippipe-coordinator`: run a swarm's coordinator, or use the planner offline.
 
-Subcommands: run (default), plan, simulate, topology.
+Subcommands: run (default), plan, simulate, topology, eval, tokenizer, data.
 """
 import argparse
 import sys
@@ -10,7 +10,7 @@ from protocol.ids import check_run_name
 from protocol.logsetup import add_logging_flags, setup_logging
 from protocol.settings import add_config_flag, apply_settings, port_or_off
 
-from coordinator import offline_cli
+from coordinator import data_cli, offline_cli
 from coordinator.config import CoordinatorConfig
 
 DESCRIPTION = """\
@@ -21,9 +21,11 @@ Coordinate a SkipPipe Swarm training run, or plan and simulate schedules offline
   plan       plan a schedule for a topology file
   simulate   predict a schedule's iteration time (and draw it as a Gantt chart)
   topology   write a preset topology (geo, clusters, single)
+  tokenizer  train a byte-level BPE tokenizer on text files (tokenizer.json)
+  data       tokenize text into a dataset folder (token shards + dataset.json)
 """
 DEFAULT_STATUS_PORT = 8321
-SUBCOMMANDS = ("run", "plan", "simulate", "topology", "eval", "-h", "--help")
+SUBCOMMANDS = ("run", "plan", "simulate", "topology", "eval", "tokenizer", "data", "-h", "--help")
 
 
 def run_name(text: str) -> str:
@@ -114,11 +116,12 @@ def hivemind_logs_as(log_format: str) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineErrorParser(prog="skippipe-coordinator", description=DESCRIPTION,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="command", metavar="{run,plan,simulate,topology,eval}",
+    sub = p.add_subparsers(dest="command", metavar="{run,plan,simulate,topology,eval,tokenizer,data}",
                            parser_class=OneLineErrorParser)
     add_run_arguments(sub.add_parser("run", help="coordinate a live run (default)",
                                      description="Coordinate a live SkipPipe training run."))
     offline_cli.register(sub)
+    data_cli.register(sub)
     return p
 
 

@@ -12,6 +12,8 @@ the rules below.
     peer/compute/         no hivemind, no asyncio, no networking; no peer.* outside peer.compute
     opsweb/               stdlib only, nothing of ours (the HTTP server + Prometheus text that
                           coordinator/ and peer/ share; asyncio allowed, unlike protocol/)
+    tokendata/            stdlib + numpy + tokenizers + pyarrow + itself (tokenizers and token
+                          datasets, shared by coordinator/ and peer/): no torch, nothing else of ours
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("protocol", "coordinator", "peer", "opsweb")
+PACKAGES = ("protocol", "coordinator", "peer", "opsweb", "tokendata")
 STDLIB = frozenset(sys.stdlib_module_names)
 NETWORKING = {"socket", "ssl", "http", "urllib", "asyncio", "selectors", "socketserver",
               "hivemind", "grpc", "aiohttp", "requests", "httpx", "multiaddr", "zmq", "uvloop", "opsweb"}
@@ -131,6 +133,11 @@ def rule_problems(module: str, imp: Import) -> list[str]:
             bad("opsweb/ imports nothing of ours")
         elif imp.top not in STDLIB and imp.top != "opsweb":
             bad("opsweb/ depends on the standard library only")
+    if module == "tokendata" or module.startswith("tokendata."):
+        if _ours(imp) and imp.top != "tokendata":
+            bad("tokendata/ imports nothing else of ours")
+        elif imp.top not in STDLIB and imp.top not in ("numpy", "tokenizers", "pyarrow", "tokendata"):
+            bad("tokendata/ depends on the standard library, numpy, tokenizers and pyarrow only")
     if module.startswith("peer.compute"):
         if imp.top in NETWORKING:
             bad("peer/compute/ has no hivemind, no asyncio, no networking")
@@ -215,6 +222,9 @@ VIOLATIONS = [
     ("opsweb.server", "from protocol import codec"),
     ("opsweb.server", "import aiohttp"),
     ("peer.compute.runner", "from opsweb import server"),                 # networking
+    ("tokendata.shards", "import torch"),
+    ("tokendata.build", "from peer.data import ByteTokenizer"),
+    ("tokendata.build", "from protocol import codec"),
 ]
 
 
@@ -235,6 +245,7 @@ ALLOWED = [
     ("peer.app", "import torch\nimport hivemind\nimport asyncio\nfrom protocol import codec"),
     ("opsweb.server", "import asyncio\nfrom urllib.parse import urlsplit\nfrom . import prom"),
     ("peer.compute.runner", "import torch\nimport threading\nfrom .model import Decoder\nfrom protocol.tensors import TensorPayload"),
+    ("tokendata.build", "import numpy as np\nimport pyarrow.parquet as pq\nfrom tokenizers import Tokenizer\nfrom .manifest import X"),
 ]
 
 
