@@ -58,9 +58,9 @@ def resolve_run_data(data_dir: str, tokenizer: str | None) -> RunData:
 
 
 def servable_files(run_data: RunData) -> dict[str, Path]:
-    """What the coordinator serves to volunteers: the manifest and the training shards."""
+    """What the coordinator serves to volunteers: the manifest and its shards."""
     if run_data.folder is None or run_data.manifest is None:
         return {}
     files = {MANIFEST: run_data.folder / MANIFEST}
-    files.update({s.file: run_data.folder / s.file for s in run_data.manifest.train})
+    files.update({s.file: run_data.folder / s.file for s in run_data.manifest.shards})
     return files

@@ -26,6 +26,7 @@ from coordinator.emulated_topology import assign_nodes, with_emulated_links
 from coordinator.planner.costs import LOCAL_SWARM_OVERHEADS
 from coordinator.local_swarm import benchmark_once, start_peer, stop_processes
 from coordinator.progress import IterationSummary
+from tokendata.cursor import schedule_cursor
 
 logger = logging.getLogger("skippipe.swarm")
 DESCRIPTION = """\
@@ -131,6 +132,18 @@ def summary_dict(summaries: list[IterationSummary], args, wall_s: float, replans
         "iterations": iteration_rows(summaries),
         "replans": list(replans),
     }
+
+
+def data_summary(app) -> dict:
+    """What the run trained on, and the lost samples not yet trained again (still owed)."""
+    owed = list(app.ledger.pending)
+    if app.schedule is not None and app.summaries:
+        _, left = schedule_cursor(app.schedule, app.spec.microbatch_samples).at(
+            max(app.summaries[-1].iteration + 1, app.schedule.start_iteration))
+        owed += [p for p in left if p not in owed]
+    return {"dataset_id": app.spec.dataset_id, "tokenizer": app.spec.tokenizer,
+            "tokenizer_hash": app.spec.tokenizer_hash, "lost_samples": app.ledger.lost_total,
+            "owed_samples": sorted(owed)}
 
 
 def ban_summary(app) -> dict:
@@ -264,6 +277,7 @@ async def run_swarm(args) -> int:
     summary["predicted_iteration_s"] = ran.predicted_iteration_s if ran else None
     summary["predicted_epoch"] = ran.epoch if ran else None
     summary.update(ban_summary(app))
+    summary["data"] = data_summary(app)
     print(f"done: {summary['steps']} iterations, loss {summary['first_loss']} -> {summary['last_loss']}, "
           f"{summary['tokens_per_s']:.0f} tokens/s, microbatches {summary['microbatches']}", flush=True)
     if args.spot_check_rate or summary["banned"]:

@@ -54,10 +54,10 @@ async def download_dataset(spec: RunSpec, p2p, holders: list[str], folder: Path)
     if manifest.dataset_id != spec.dataset_id:  # the id is recomputed from the contents
         raise TransferError(f"a holder sent the manifest of dataset {manifest.dataset_id}, not {spec.dataset_id}")
     itemsize = np.dtype(manifest.dtype).itemsize
-    total = sum(s.tokens for s in manifest.train) * itemsize
-    logger.info("downloading dataset %s: %d training shards, %.1f MiB, from %d holder(s)", spec.dataset_id,
-                len(manifest.train), total / 2**20, len(holders))
-    for shard in manifest.train:   # the validation shard is for evaluation, not training
+    total = sum(s.tokens for s in manifest.shards) * itemsize
+    logger.info("downloading dataset %s: %d shards, %.1f MiB, from %d holder(s)", spec.dataset_id,
+                len(manifest.shards), total / 2**20, len(holders))
+    for shard in manifest.shards:   # the small validation shard too: a complete folder evaluates
         await fetch.fetch_file(shard.file, shard.sha256, shard.tokens * itemsize)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / MANIFEST).write_text(text)   # last: a folder with a manifest is complete
@@ -67,7 +67,7 @@ async def serve_dataset(p2p, dataset_id: str, folder: Path) -> DataServer:
     from tokendata.manifest import read_manifest
     manifest = read_manifest(folder)
     files = {MANIFEST: folder / MANIFEST}
-    files.update({s.file: folder / s.file for s in manifest.train if (folder / s.file).exists()})
+    files.update({s.file: folder / s.file for s in manifest.shards if (folder / s.file).exists()})
     server = DataServer(dataset_id, files)
     await server.attach(p2p)
     return server

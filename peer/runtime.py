@@ -11,7 +11,7 @@ from peer import hardware
 from peer.compute import device as devices
 from peer.compute import precision
 from peer.compute.host_buffers import DeviceIO
-from peer.compute.model import count_parameters, get_config
+from peer.compute.model import config_for_spec, count_parameters
 from peer.compute.runner import StageRunner
 from peer.compute.stages import layer_ranges
 from peer.config import PeerConfig
@@ -26,7 +26,7 @@ class RuntimeFactory:
     def __init__(self, spec: RunSpec, config: PeerConfig, slowdown: float = 1.0):
         torch.set_num_threads(config.torch_threads)
         self.spec, self.config = spec, config
-        self.model = get_config(spec.model)
+        self.model = config_for_spec(spec)
         self.device = hardware.probe_device(config.device)
         self.precision = precision.resolve(config.device, config.wire_dtype)
         self.reserved_bytes = self._reserve()

@@ -7,6 +7,7 @@ bit-identical starting weights. See init_part / seeded_generator.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 from dataclasses import dataclass
@@ -62,6 +63,15 @@ CONFIGS: dict[str, ModelConfig] = {c.name: c for c in (
     ModelConfig("1.5b", dim=2048, n_layers=32, n_heads=32, n_kv_heads=8, ffn_hidden=5888,
                 max_seq_len=1024),
 )}
+
+
+def config_for_spec(spec) -> ModelConfig:
+    """The run spec's model: its named config, with embedding rows for the run's tokenizer
+    (its vocab_size padded up to a multiple of 64; 0 keeps the byte tokenizer's 320)."""
+    config = get_config(spec.model)
+    if spec.vocab_size:
+        config = dataclasses.replace(config, vocab_size=-(-spec.vocab_size // 64) * 64)
+    return config
 
 
 def get_config(name: str) -> ModelConfig:

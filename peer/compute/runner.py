@@ -31,7 +31,7 @@ import torch
 
 from peer.compute.errors import BadTensor, OutOfOrder, StashFull, UnknownMicrobatch, WrongStage
 from peer.compute.host_buffers import DeviceIO
-from peer.compute.model import get_config
+from peer.compute.model import config_for_spec
 from peer.compute.optim import OptimConfig, StepStats  # noqa: F401  (StepStats: re-exported)
 from peer.compute.stages import StageModule, build_stage
 from protocol.messages import RunSpec
@@ -80,7 +80,7 @@ class StageRunner:
 
     @classmethod
     def from_spec(cls, spec: RunSpec, stage: int, on_layer=None, **kwargs) -> StageRunner:
-        module = build_stage(get_config(spec.model), stage, spec.num_stages, spec.seed,
+        module = build_stage(config_for_spec(spec), stage, spec.num_stages, spec.seed,
                              spec.stage_sizes, on_layer)
         return cls(module, OptimConfig.from_spec(spec), **kwargs)
 

@@ -15,7 +15,7 @@ from protocol.spot_checks import SpotCheckReference, SpotCheckRequest
 import torch
 
 from peer.compute import tensor_codec
-from peer.compute.model import get_config
+from peer.compute.model import config_for_spec
 from peer.compute.errors import BadTensor
 from peer.pipeline import plan_view as pv
 from peer.pipeline import spot_checks
@@ -42,7 +42,7 @@ class WorkHandlers:
         self.worker = worker
         self.refresh_schedule = refresh_schedule
         self.bad_senders: dict[str, int] = {}
-        self.hidden_dim = get_config(worker.spec.model).dim  # known before our stage is loaded
+        self.hidden_dim = config_for_spec(worker.spec).dim  # known before our stage is loaded
 
     def register(self, server) -> None:
         server.register(m.ForwardRequest, self.forward)
