@@ -15,6 +15,7 @@ class DataLedger:
         self.microbatch_samples = microbatch_samples
         self.pending: list[int] = []        # lost positions no published schedule carries yet
         self.lost_total = 0                 # samples lost so far (all later retried)
+        self.lost_positions: set[int] = set()   # every position ever lost (owed until trained)
 
     def lost(self, schedule: Schedule | None, iteration: int, microbatch_ids) -> list[int]:
         """Note the lost microbatches of `iteration`, trained under `schedule`."""
@@ -26,6 +27,7 @@ class DataLedger:
         fresh = [p for p in positions if p not in self.pending]
         self.pending.extend(fresh)
         self.lost_total += len(fresh)
+        self.lost_positions.update(positions)
         return fresh
 
     def fields_for(self, previous: Schedule | None, start_iteration: int) -> dict:

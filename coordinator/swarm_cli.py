@@ -26,7 +26,7 @@ from coordinator.emulated_topology import assign_nodes, with_emulated_links
 from coordinator.planner.costs import LOCAL_SWARM_OVERHEADS
 from coordinator.local_swarm import benchmark_once, start_peer, stop_processes
 from coordinator.progress import IterationSummary
-from tokendata.cursor import schedule_cursor
+from tokendata.cursor import expand_positions
 
 logger = logging.getLogger("skippipe.swarm")
 DESCRIPTION = """\
@@ -136,11 +136,8 @@ def summary_dict(summaries: list[IterationSummary], args, wall_s: float, replans
 
 def data_summary(app) -> dict:
     """What the run trained on, and the lost samples not yet trained again (still owed)."""
-    owed = list(app.ledger.pending)
-    if app.schedule is not None and app.summaries:
-        _, left = schedule_cursor(app.schedule, app.spec.microbatch_samples).at(
-            max(app.summaries[-1].iteration + 1, app.schedule.start_iteration))
-        owed += [p for p in left if p not in owed]
+    trained = {p for s in app.summaries for p in expand_positions(s.positions)}
+    owed = app.ledger.lost_positions - trained
     return {"dataset_id": app.spec.dataset_id, "tokenizer": app.spec.tokenizer,
             "tokenizer_hash": app.spec.tokenizer_hash, "lost_samples": app.ledger.lost_total,
             "owed_samples": sorted(owed)}
