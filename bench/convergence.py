@@ -68,7 +68,7 @@ def schedule_for(args, k: float):
 def batch_fn(spec: m.RunSpec, train: TextDataset):
     shards = {}
 
-    def batch(iteration, local, shard, count):
+    def batch(iteration, local, shard, count, positions=None):
         if (shard, count) not in shards:
             shards[(shard, count)] = train.shard(shard, count)
         return shards[(shard, count)].batch(seed=spec.seed, iteration=iteration, microbatch=local,

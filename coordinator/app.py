@@ -17,7 +17,11 @@ from protocol.membership import JoinKeyError, create_join_key, load_join_key
 from protocol.messages import RunSpec
 from protocol.schedule import Schedule
 
+from tokendata.transfer import DataServer
+
 from coordinator.config import CoordinatorConfig
+from coordinator.data_ledger import DataLedger
+from coordinator.data_setup import RunData, resolve_run_data, servable_files
 from coordinator.dht_io import CoordinatorRecords, record_validators
 from coordinator.planner import PlanConfig, PlanningError, plan
 from coordinator.progress import IterationSummary, ProgressTracker
@@ -29,8 +33,11 @@ logger = logging.getLogger("skippipe.coordinator")
 SWITCH_MARGIN_S = 4.0      # a new epoch starts this far (in iterations' time) after its publication
 
 
-def spec_from_config(config: CoordinatorConfig) -> RunSpec:
-    return RunSpec(run=config.run, model=config.model, model_config=config.model_config, num_stages=config.num_stages,
+def spec_from_config(config: CoordinatorConfig, data: RunData | None = None) -> RunSpec:
+    data = data or resolve_run_data(config.data_dir, config.tokenizer)
+    return RunSpec(tokenizer=data.tokenizer, tokenizer_hash=data.tokenizer_hash, dataset_id=data.dataset_id,
+                   vocab_size=data.vocab_size, run=config.run, model=config.model, model_config=config.model_config,
+                   num_stages=config.num_stages,
                    skip_ratio=config.skip_ratio, seed=config.seed,
                    microbatch_samples=config.microbatch_samples, seq_len=config.seq_len,
                    microbatches_per_origin=config.microbatches_per_origin,
@@ -64,9 +71,11 @@ class CoordinatorApp:
     adjust_topology = staticmethod(lambda topology: topology)
 
     def __init__(self, config: CoordinatorConfig,
-                 on_iteration: Callable[[IterationSummary], Awaitable[None] | None] | None = None):
+                 on_iteration: Callable[[IterationSummary], Awaitable[None] | None] | None = None,
+                 run_data: RunData | None = None):
         self.config = config
-        self.spec = spec_from_config(config)
+        self.run_data = run_data or resolve_run_data(config.data_dir, config.tokenizer)
+        self.spec = spec_from_config(config, self.run_data)
         self.on_iteration = on_iteration
         self.stop = asyncio.Event()
         self.ready = asyncio.Event()        # set once the DHT is up and the spec is written
@@ -86,6 +95,7 @@ class CoordinatorApp:
         self.last_reports: dict = {}        # peer -> IterationReport of the last completed iteration
         self.status = StatusView(self)
         self.http: StatusServer | None = None
+        self.ledger = DataLedger(self.spec.microbatch_samples)   # lost samples go to the next epoch
 
     @property
     def maddrs(self) -> list[str]:
@@ -100,6 +110,7 @@ class CoordinatorApp:
         try:
             self.records = CoordinatorRecords(self.dht, cfg.run, join_key)
             await self.records.put_spec(self.spec)
+            await self._serve_data()
             previous = await self.records.get_schedule()
             if previous is not None and previous.run == cfg.run:
                 self._adopt(previous)
@@ -118,6 +129,14 @@ class CoordinatorApp:
             if cfg.maddrs_file:  # a stale file would send peers to a dead address
                 Path(cfg.maddrs_file).unlink(missing_ok=True)
             self.dht.shutdown()
+
+    async def _serve_data(self) -> None:
+        """Volunteers without a copy of --data download it from us (tokendata/transfer.py)."""
+        files = servable_files(self.run_data)
+        if files:
+            self.data_server = DataServer(self.run_data.dataset_id, files)
+            await self.data_server.attach(await self.dht.replicate_p2p())
+            logger.info("serving dataset %s (%d files) to peers", self.run_data.dataset_id, len(files))
 
     async def _start_status_page(self) -> None:
         if self.config.status_port is None:
@@ -167,8 +186,13 @@ class CoordinatorApp:
         pending = {i: dict(r) for i, r in self.progress.reports.items()}  # complete() drops them
         online = snapshot.online
         for summary in self.progress.complete(self._origins_for, lambda p: p not in online,
-                                              self._planned_microbatches):
+                                              self._planned_microbatches, self._planned_ids):
             self.summaries.append(summary)
+            if summary.lost_microbatches:
+                positions = self.ledger.lost(self._schedule_for(summary.iteration), summary.iteration,
+                                             summary.lost_microbatches)
+                logger.info("iteration %d lost microbatch(es) %s: their %d samples are trained again later",
+                            summary.iteration, list(summary.lost_microbatches), len(positions))
             self.last_reports = pending.get(summary.iteration, {})
             if self.on_iteration is not None:
                 result = self.on_iteration(summary)
@@ -176,6 +200,8 @@ class CoordinatorApp:
                     await result
             if self.spec.max_steps and summary.iteration + 1 >= self.spec.max_steps:
                 self.finished = True
+        if self.ledger.has_pending() and self.schedule is not None and not self.finished:
+            await self._republish("lost samples to train again")
 
     async def _unbanned(self, adverts: dict) -> dict:
         for reporter, record in (await self.records.get_spot_checks()).items():
@@ -199,7 +225,8 @@ class CoordinatorApp:
         except (NotPlannable, PlanningError) as exc:
             logger.warning("cannot plan yet: %s", exc)
             return
-        schedule = dataclasses.replace(schedule, start_iteration=self._next_start_iteration())
+        start = self._next_start_iteration()
+        schedule = dataclasses.replace(schedule, start_iteration=start, **self.ledger.fields_for(self.schedule, start))
         await self.records.put_schedule(schedule)
         self._adopt(schedule)
         self.topology = topology
@@ -213,6 +240,19 @@ class CoordinatorApp:
                     "(planned in %.2fs); stages %s", epoch, schedule.start_iteration, len(topology.nodes),
                     len(schedule.routes), schedule.predicted_iteration_s, time.perf_counter() - t0,
                     {s: len(p) for s, p in sorted(stages.items())})
+
+    async def _republish(self, why: str) -> None:
+        """The current routes as a new epoch: only its data fields change."""
+        start = max(self._next_start_iteration(), self.schedule.start_iteration + 1)
+        schedule = dataclasses.replace(self.schedule, epoch=self.schedule.epoch + 1, start_iteration=start,
+                                       **self.ledger.fields_for(self.schedule, start))
+        await self.records.put_schedule(schedule)
+        self._adopt(schedule)
+        self.replans.append({"epoch": schedule.epoch, "published_at": time.time(), "start_iteration": start,
+                             "peers": len(schedule.assignment), "reason": why,
+                             "predicted_iteration_s": schedule.predicted_iteration_s})
+        logger.info("published epoch %d from iteration %d (same routes): %s (%d samples)", schedule.epoch,
+                    start, why, len(schedule.data_retry))
 
     def _next_start_iteration(self) -> int:
         if self.schedule is None and not self.progress.reports and not self.summaries:
@@ -235,14 +275,18 @@ class CoordinatorApp:
         schedule = self._schedule_for(iteration)
         return set() if schedule is None else {r.origin for r in schedule.routes}
 
+    def _planned_ids(self, iteration: int, origin: str) -> list[int]:
+        schedule = self._schedule_for(iteration)
+        return [] if schedule is None else [r.microbatch_id for r in schedule.routes if r.origin == origin]
+
     def _planned_microbatches(self, iteration: int, origin: str) -> int:
         schedule = self._schedule_for(iteration)
         return 0 if schedule is None else sum(r.origin == origin for r in schedule.routes)
 
 
-def run_coordinator(config: CoordinatorConfig) -> int:
+def run_coordinator(config: CoordinatorConfig, run_data: RunData | None = None) -> int:
     async def main() -> int:
-        app = CoordinatorApp(config, on_iteration=print_summary)
+        app = CoordinatorApp(config, on_iteration=print_summary, run_data=run_data)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, app.stop.set)

@@ -5,8 +5,7 @@ Subcommands: run (default), plan, simulate, topology, eval, tokenizer, data, exp
 import argparse
 import sys
 
-from modelconfig import ConfigError, check_stages, to_spec_json
-from modelconfig.hf import model_arg
+from modelconfig import ConfigError, check_stages, resolve_model, to_spec_json
 from protocol.cli_support import OneLineErrorParser, fail_usage, positive_int, skip_ratio
 from protocol.ids import check_run_name
 from protocol.logsetup import add_logging_flags, setup_logging
@@ -41,12 +40,13 @@ def run_name(text: str) -> str:
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run", type=run_name, default="default", help="run name peers join with --run")
-    p.add_argument("--model", type=model_arg, default="tiny", metavar="NAME|config.json",
+    p.add_argument("--model", default="tiny", metavar="NAME|config.json",
                    help="model preset (tiny, small, 500m, 1.5b) or a Hugging Face LlamaConfig config.json (default: tiny)")
     p.add_argument("--stages", type=positive_int, default=3, help="pipeline stages (default: 3)")
     p.add_argument("--skip", type=skip_ratio, default=0.0, metavar="K",
                    help="skip ratio k in [0, 1), e.g. 0.33 or 1/3 (default: 0, the full pipeline)")
     p.add_argument("--strategy", choices=["skippipe", "full", "random-skip"], default="skippipe")
+    add_data_arguments(p)
     p.add_argument("--seed", type=int, default=0, help="seed for model init, data and planning")
     p.add_argument("--steps", type=int, default=0, help="iterations to train; 0 = until stopped")
     p.add_argument("--microbatch-samples", type=positive_int, default=4)
@@ -71,28 +71,49 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=run_command)
 
 
+def add_data_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", default="", metavar="DIR",
+                   help="dataset folder to train on (from `skippipe-coordinator data`; peers without a copy "
+                        "download it from the coordinator); default: the embedded corpus")
+    p.add_argument("--tokenizer", default="", metavar="byte|bpe|FILE",
+                   help="tokenizer of the embedded corpus (default: byte; bpe: the shipped 4096-token BPE); "
+                        "with --data, the dataset's own (checked)")
+
+
+def resolve_data_or_exit(prog: str, args: argparse.Namespace):
+    """The run's data, checked before any network starts: one line and exit code 2 if unusable."""
+    from coordinator.data_setup import DataSetupError, resolve_run_data
+    try:
+        return resolve_run_data(args.data, args.tokenizer)
+    except DataSetupError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
     return CoordinatorConfig(
-        run=args.run, model=args.model.name, model_config=to_spec_json(args.model), num_stages=args.stages, skip_ratio=args.skip,
+        run=args.run, model=args.arch.name, model_config=to_spec_json(args.arch), num_stages=args.stages, skip_ratio=args.skip,
         strategy=args.strategy, seed=args.seed, max_steps=args.steps,
         microbatch_samples=args.microbatch_samples, seq_len=args.seq_len,
         microbatches_per_origin=args.microbatches, learning_rate=args.lr, warmup_steps=args.warmup,
         host_maddrs=tuple(args.host_maddrs), announce_maddrs=tuple(args.announce_maddrs),
         initial_peers=tuple(args.initial_peers), min_peers=args.min_peers, status_port=args.status_port,
         status_host=args.status_host, maddrs_file=args.maddrs_file,
-        join_key_path=args.join_key,
+        join_key_path=args.join_key, data_dir=args.data, tokenizer=args.tokenizer,
     )
 
 
 def run_command(args: argparse.Namespace) -> int:
-    try:
-        check_stages(args.model, args.stages)
+    run_data = resolve_data_or_exit("skippipe-coordinator", args)
+    try:  # the model's vocabulary follows the run's tokenizer
+        args.arch = resolve_model(args.model, run_data.vocab_size)
+        check_stages(args.arch, args.stages)
     except ConfigError as exc:
-        return fail_usage("skippipe-coordinator", f"--model: {exc}")
+        return fail_usage("skippipe-coordinator", f"--model: {exc}" if exc.field != "--model" else str(exc))
     setup_logging(args.log_level, args.log_format)
     from coordinator.app import run_coordinator  # hivemind only once the flags are valid
     hivemind_logs_as(args.log_format)
-    return run_coordinator(config_from_args(args))
+    return run_coordinator(config_from_args(args), run_data)
 
 
 def hivemind_logs_as(log_format: str) -> None:

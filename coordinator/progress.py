@@ -4,6 +4,8 @@ from typing import Callable
 
 from protocol.messages import IterationReport, ProgressRecord
 
+from tokendata.cursor import compress_positions, expand_positions
+
 
 @dataclass(frozen=True)
 class IterationSummary:
@@ -20,14 +22,19 @@ class IterationSummary:
     reissued: int
     lost: int
     stages_visited: int
+    lost_microbatches: tuple[int, ...] = ()   # ids, reported lost or planned for a dead origin
+    positions: tuple[int, ...] = ()           # sample positions trained, as (start, count) pairs
 
     @property
     def duration_s(self) -> float:
         return self.finished_at - self.started_at
 
 
-def summarize(iteration: int, reports: list[IterationReport], unreported_lost: int = 0) -> IterationSummary:
-    """`unreported_lost`: microbatches of origins that died before reporting (lost, and said so)."""
+def summarize(iteration: int, reports: list[IterationReport], unreported_lost: int = 0,
+              unreported_ids: tuple[int, ...] = ()) -> IterationSummary:
+    """`unreported_lost`: microbatches of origins that died before reporting (lost, and said so);
+    `unreported_ids` their ids where the schedule is known."""
+    trained = [p for r in reports for p in expand_positions(r.positions)]
     samples = sum(r.samples for r in reports)
     return IterationSummary(
         iteration=iteration, epoch=max(r.epoch for r in reports),
@@ -38,7 +45,9 @@ def summarize(iteration: int, reports: list[IterationReport], unreported_lost: i
         skipped_stage=sum(r.counts.skipped_stage for r in reports),
         reissued=sum(r.counts.reissued for r in reports),
         lost=sum(r.counts.lost for r in reports) + unreported_lost,
-        stages_visited=sum(r.stages_visited for r in reports))
+        stages_visited=sum(r.stages_visited for r in reports),
+        lost_microbatches=tuple(sorted({mb for r in reports for mb in r.lost_microbatches} | set(unreported_ids))),
+        positions=compress_positions(trained))
 
 
 @dataclass
@@ -57,7 +66,8 @@ class ProgressTracker:
 
     def complete(self, origins_for: Callable[[int], set[str]],
                  gone: Callable[[str], bool] = lambda peer: False,
-                 planned_for: Callable[[int, str], int] = lambda i, peer: 0) -> list[IterationSummary]:
+                 planned_for: Callable[[int, str], int] = lambda i, peer: 0,
+                 planned_ids: Callable[[int, str], list[int]] = lambda i, peer: []) -> list[IterationSummary]:
         """Summaries of newly completed iterations, in order. `origins_for(i)` gives the set of
         stage-0 peers expected to report iteration i; one that is `gone` (left the swarm)
         without reporting counts its `planned_for(i, peer)` microbatches as lost."""
@@ -77,7 +87,9 @@ class ProgressTracker:
             if not got or not expected or not all(gone(p) for p in missing):
                 break
             lost = sum(planned_for(self.next_iteration, p) for p in missing)
-            done.append(summarize(self.next_iteration, [got[p] for p in sorted(expected - missing)], lost))
+            lost_ids = tuple(mb for p in missing for mb in planned_ids(self.next_iteration, p))
+            done.append(summarize(self.next_iteration, [got[p] for p in sorted(expected - missing)], lost,
+                                  lost_ids))
             del self.reports[self.next_iteration]
             self.next_iteration += 1
         return done

@@ -22,11 +22,13 @@ from protocol.settings import add_config_flag, apply_settings, port_or_off
 from modelconfig import ConfigError, check_stages, resolve_model, to_spec_json
 
 from coordinator.chaos_spec import ChaosSpecError, parse_chaos
+from coordinator.cli import add_data_arguments, resolve_data_or_exit
 from coordinator.config import CoordinatorConfig
 from coordinator.emulated_topology import assign_nodes, with_emulated_links
 from coordinator.planner.costs import LOCAL_SWARM_OVERHEADS
 from coordinator.local_swarm import benchmark_once, start_peer, stop_processes
 from coordinator.progress import IterationSummary
+from tokendata.cursor import expand_positions
 
 logger = logging.getLogger("skippipe.swarm")
 DESCRIPTION = """\
@@ -46,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=positive_int, default=20, help="training iterations (default: 20)")
     p.add_argument("--skip", type=skip_ratio, default=1 / 3, metavar="K", help="skip ratio (default: 1/3)")
     p.add_argument("--strategy", choices=["skippipe", "full", "random-skip"], default="skippipe")
+    add_data_arguments(p)
     p.add_argument("--model", default="tiny", metavar="NAME|config.json",
                    help="model preset (tiny, small, 500m, 1.5b) or a Hugging Face LlamaConfig config.json (default: tiny)")
     p.add_argument("--seed", type=int, default=0)
@@ -113,7 +116,8 @@ class ProgressPrinter:
 def iteration_rows(summaries: list[IterationSummary]) -> list[dict]:
     return [{"iteration": s.iteration, "epoch": s.epoch, "loss": s.loss, "started_at": s.started_at,
              "duration_s": s.duration_s, "completed": s.completed, "rerouted": s.rerouted,
-             "skipped_stage": s.skipped_stage, "reissued": s.reissued, "lost": s.lost} for s in summaries]
+             "skipped_stage": s.skipped_stage, "reissued": s.reissued, "lost": s.lost,
+             "lost_microbatches": list(s.lost_microbatches), "positions": list(s.positions)} for s in summaries]
 
 
 def summary_dict(summaries: list[IterationSummary], args, wall_s: float, replans: list[dict] = ()) -> dict:
@@ -135,6 +139,15 @@ def summary_dict(summaries: list[IterationSummary], args, wall_s: float, replans
         "iterations": iteration_rows(summaries),
         "replans": list(replans),
     }
+
+
+def data_summary(app) -> dict:
+    """What the run trained on, and the lost samples not yet trained again (still owed)."""
+    trained = {p for s in app.summaries for p in expand_positions(s.positions)}
+    owed = app.ledger.lost_positions - trained
+    return {"dataset_id": app.spec.dataset_id, "tokenizer": app.spec.tokenizer,
+            "tokenizer_hash": app.spec.tokenizer_hash, "lost_samples": app.ledger.lost_total,
+            "owed_samples": sorted(owed)}
 
 
 def ban_summary(app) -> dict:
@@ -198,9 +211,10 @@ async def run_swarm(args) -> int:
         microbatches_per_origin=args.microbatches, learning_rate=args.lr,
         host_maddrs=("/ip4/127.0.0.1/tcp/0",), min_peers=args.peers,
         join_key_path=str(args.join_key) if args.join_key else "", status_port=args.status_port,
+        data_dir=args.data, tokenizer=args.tokenizer,
         overheads=LOCAL_SWARM_OVERHEADS)   # every peer on this one machine: its measured fixed costs
     printer = ProgressPrinter(args.steps, args.stages)
-    app = CoordinatorApp(config, on_iteration=printer)
+    app = CoordinatorApp(config, on_iteration=printer, run_data=args.run_data)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, app.stop.set)
@@ -268,6 +282,7 @@ async def run_swarm(args) -> int:
     summary["predicted_iteration_s"] = ran.predicted_iteration_s if ran else None
     summary["predicted_epoch"] = ran.epoch if ran else None
     summary.update(ban_summary(app))
+    summary["data"] = data_summary(app)
     print(f"done: {summary['steps']} iterations, loss {summary['first_loss']} -> {summary['last_loss']}, "
           f"{summary['tokens_per_s']:.0f} tokens/s, microbatches {summary['microbatches']}", flush=True)
     if args.spot_check_rate or summary["banned"]:
@@ -301,8 +316,9 @@ def main(argv: list[str] | None = None) -> int:
         args.peers = nodes
     if not 0.0 <= args.spot_check_rate <= 1.0:
         return fail_usage("skippipe-swarm", f"--spot-check-rate must be between 0 and 1, got {args.spot_check_rate}")
-    try:
-        args.arch = resolve_model(args.model)
+    args.run_data = resolve_data_or_exit("skippipe-swarm", args)
+    try:  # the model's vocabulary follows the run's tokenizer
+        args.arch = resolve_model(args.model, args.run_data.vocab_size)
         check_stages(args.arch, args.stages)
     except ConfigError as exc:
         return fail_usage("skippipe-swarm", f"--model: {exc}" if exc.field != "--model" else str(exc))

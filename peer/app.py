@@ -33,6 +33,8 @@ from peer.status import status_line
 from peer.transport.hivemind_p2p import HivemindTransport
 from peer.transport.rpc import RpcClient, RpcServer
 
+from tokendata.cursor import compress_positions
+
 logger = logging.getLogger("skippipe.peer")
 SPEC_WAIT_S = 60.0
 LINGER_AFTER_FINISH_S = 5.0
@@ -96,6 +98,13 @@ class PeerApp:
         from peer.runtime import RuntimeFactory  # torch and the model: after the DHT exists
         slowdown = self.emulation.slowdown if self.emulation else 1.0
         runtime = await asyncio.to_thread(RuntimeFactory, spec, cfg, slowdown)
+        if cfg.stage <= 0:    # stage 0 or auto: the coordinator may make us an origin
+            from peer.dataset_fetch import prepare_samples
+            from peer.training_data import DataMismatch
+            try:
+                runtime.samples = await prepare_samples(spec, cfg, p2p, self._data_holders())
+            except DataMismatch as exc:
+                raise StartupError(str(exc)) from None
         maddrs = tuple(str(a) for a in dht.get_visible_maddrs())
         self.announcer = Announcer(self.records, self.guard.sign_advert(runtime.advert(me, maddrs)),
                                    cfg.announce_period_s)
@@ -181,6 +190,10 @@ class PeerApp:
         raise StartupError(f"no run named {self.config.run!r} was found in the DHT within "
                            f"{SPEC_WAIT_S:.0f}s; check --run and that its coordinator is up")
 
+    def _data_holders(self) -> list[str]:
+        """Who may hold the run's dataset: the peers we joined through (the coordinator first)."""
+        return peer_ids_of(self.config.initial_peers)
+
     async def refresh_schedule(self) -> None:
         try:
             schedule = await self.records.get_schedule()
@@ -246,7 +259,8 @@ class PeerApp:
             loss_sum=outcome.loss_sum, samples=outcome.samples, tokens=outcome.samples * spec.seq_len,
             started_at=outcome.started_at, finished_at=outcome.finished_at,
             counts=MicrobatchCounts(**outcome.counts),
-            stages_visited=outcome.stages_visited)
+            stages_visited=outcome.stages_visited, positions=compress_positions(outcome.positions),
+            lost_microbatches=tuple(outcome.lost_microbatches))
         self.reports.append(report)
         self.progress_publisher.kick()   # in the background: the next iteration does not wait for the DHT
 

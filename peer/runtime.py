@@ -15,7 +15,6 @@ from peer.compute.model import count_parameters, spec_config
 from peer.compute.runner import StageRunner
 from peer.compute.stages import layer_ranges
 from peer.config import PeerConfig
-from peer.data import CorpusError, TextDataset, TokenShardData, is_dataset_dir, load_corpus, load_token_data
 from peer.pipeline.share_codec import SHARE_BYTES
 from peer.progress import Progress
 
@@ -42,17 +41,7 @@ class RuntimeFactory:
             self.fwd_s_per_layer_sample = 0.01
         # an emulated slow device (--topology) computes `slowdown` times slower: advertise that
         self.fwd_s_per_layer_sample *= slowdown
-        self._train: TextDataset | TokenShardData | None = None
-        self._shards: dict[tuple[int, int], TextDataset | TokenShardData] = {}
-        if is_dataset_dir(config.data):
-            # A dataset folder is checked in full (every shard's sha256) before the peer joins:
-            # nothing is trained on a damaged or foreign dataset.
-            try:
-                self._train, _ = load_token_data(config.data, self.model.vocab_size)
-            except CorpusError as exc:
-                from peer.app import StartupError
-                raise StartupError(str(exc)) from None
-            logger.info("training data: %s, %d tokens", config.data, len(self._train))
+        self.samples = None     # peer.samples.SampleSource, set before training as stage 0
 
     def _reserve(self) -> int:
         """Hold the largest stage's memory now (GPU only), so a long run cannot OOM later."""
@@ -101,12 +90,10 @@ class RuntimeFactory:
         progress.finish()
         return runner
 
-    def batch(self, iteration: int, local: int, shard: int, shards: int):
-        """The deterministic batch `local` of `iteration` from data shard `shard` of `shards`."""
-        if self._train is None:
-            self._train, _ = TextDataset(load_corpus(self.config.data)).split()
-        key = (shard, shards)
-        if key not in self._shards:
-            self._shards[key] = self._train.shard(shard, shards)
-        return self._shards[key].batch(seed=self.spec.seed, iteration=iteration, microbatch=local,
-                                       samples=self.spec.microbatch_samples, seq_len=self.spec.seq_len)
+    def batch(self, iteration: int, local: int, shard: int, shards: int, positions: list[int]):
+        """The tokens of the global sample `positions` (tokendata/cursor.py): every origin
+        reads from the same data, and the schedule decides which samples are whose."""
+        if self.samples is None:  # not prepared (a unit test, or stage 0 taken unexpectedly)
+            from peer.training_data import corpus_samples
+            self.samples = corpus_samples(self.spec, self.config.data)
+        return self.samples.batch(positions)

@@ -41,6 +41,8 @@ TYPE_CODES: dict[type, int] = {
     m.StateReply: 25,
     m.WeightsRequest: 26,
     m.WeightsReply: 27,
+    m.DataRequest: 28,
+    m.DataReply: 29,
     m.Ping: 30,
     m.Pong: 31,
     TensorChunk: 40,

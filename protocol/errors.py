@@ -31,6 +31,7 @@ class ErrorCode(IntEnum):
     SHUTTING_DOWN = 14
     DUPLICATE = 15                  # already have this (a retried send that got through)
     ITERATION_OVER = 16             # the receiver has finished that iteration: do not retry
+    NOT_FOUND = 17                  # no such dataset or file here (v1.3)
 
 
 class ProtocolError(Exception):

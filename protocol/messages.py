@@ -27,6 +27,11 @@ class RunSpec:
     # v1.3: the whole architecture as canonical LlamaConfig-style JSON (modelconfig.to_spec_json),
     # so that peers without the coordinator's config.json build the same model; "" = the preset `model`.
     model_config: str = ""
+    # v1.3: the data the run trains on. A stage-0 peer refuses any other.
+    tokenizer: str = "byte"          # "byte", "bpe" (shipped) or a tokenizer file's name
+    tokenizer_hash: str = ""         # sha256 of the tokenizer.json ("" = the byte tokenizer)
+    dataset_id: str = ""             # the dataset manifest's id ("" = the embedded corpus)
+    vocab_size: int = 0              # ids the tokenizer emits (0 = the byte tokenizer's 257)
 
     def __post_init__(self):
         check_run_name(self.run)
@@ -39,6 +44,8 @@ class RunSpec:
                 raise FieldError(name, "must be >= 1")
         if self.stage_sizes and len(self.stage_sizes) != self.num_stages:
             raise FieldError("stage_sizes", f"needs {self.num_stages} entries")
+        if not 0 <= self.vocab_size <= 1 << 22:
+            raise FieldError("vocab_size", "must be in [0, 4194304]")
 
 
 @dataclass(frozen=True)
@@ -262,6 +269,9 @@ class IterationReport:
     finished_at: float
     counts: MicrobatchCounts
     stages_visited: int = 0          # total (microbatch, stage) visits, for skip statistics
+    # v1.3: global sample positions trained, as (start, count) pairs, and microbatches lost
+    positions: tuple[int, ...] = ()
+    lost_microbatches: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -270,3 +280,39 @@ class ProgressRecord:
 
     peer_id: str
     reports: tuple[IterationReport, ...]
+
+
+DATA_CHUNK_BYTES = 1 << 20           # one DataReply carries at most this much of a file
+
+
+@dataclass(frozen=True)
+class DataRequest:
+    """v1.3: a volunteer asks a holder of dataset `dataset_id` for `length` bytes of one of its
+    files ("dataset.json" or a shard the manifest lists) from `offset`."""
+
+    dataset_id: str
+    file: str
+    offset: int = 0
+    length: int = DATA_CHUNK_BYTES
+
+    def __post_init__(self):
+        if not self.dataset_id or len(self.dataset_id) > 128:
+            raise FieldError("dataset_id", "must be 1-128 characters")
+        if not self.file or len(self.file) > 255 or "/" in self.file or "\\" in self.file or self.file.startswith("."):
+            raise FieldError("file", "must be a plain file name of the dataset")
+        if self.offset < 0:
+            raise FieldError("offset", "must be >= 0")
+        if not 1 <= self.length <= DATA_CHUNK_BYTES:
+            raise FieldError("length", f"must be in [1, {DATA_CHUNK_BYTES}]")
+
+
+@dataclass(frozen=True)
+class DataReply:
+    data: bytes
+    total_bytes: int                 # the file's size, so the client knows when it is done
+
+    def __post_init__(self):
+        if len(self.data) > DATA_CHUNK_BYTES:
+            raise FieldError("data", f"at most {DATA_CHUNK_BYTES} bytes per reply")
+        if self.total_bytes < 0:
+            raise FieldError("total_bytes", "must be >= 0")

@@ -75,6 +75,10 @@ class Schedule:
     predicted_iteration_s: float = 0.0
     seed: int = 0
     start_iteration: int = 0                     # first iteration this epoch applies to
+    # v1.3, the global sample cursor (tokendata/cursor.py): the first fresh sample position at
+    # start_iteration, and positions lost earlier that this epoch trains first
+    data_base: int = 0
+    data_retry: tuple[int, ...] = ()
 
     def __post_init__(self):
         check_run_name(self.run)
@@ -84,6 +88,10 @@ class Schedule:
             raise FieldError("num_stages", "must be >= 1")
         if not 0.0 <= self.skip_ratio < 1.0:
             raise FieldError("skip_ratio", "must be in [0, 1)")
+        if self.data_base < 0 or any(p < 0 for p in self.data_retry):
+            raise FieldError("data_base", "sample positions must be >= 0")
+        if len(set(self.data_retry)) != len(self.data_retry):
+            raise FieldError("data_retry", "a sample position is listed twice")
 
     def stage_of(self) -> dict[str, int]:
         return {a.peer: a.stage for a in self.assignment}

@@ -7,6 +7,7 @@ bit-identical starting weights. See init_part / seeded_generator.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 

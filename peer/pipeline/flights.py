@@ -48,6 +48,7 @@ class OriginEntry:
     head_route: Route | None = None   # route of the attempt whose head we computed
     head_attempt: int = -1
     loss_sum: float = 0.0
+    positions: tuple[int, ...] = ()   # the global sample positions it trains
 
 
 @dataclass
@@ -115,6 +116,8 @@ class IterationOutcome:
     started_at: float = field(default_factory=time.time)
     finished_at: float = 0.0
     timed_out: bool = False
+    positions: list[int] = field(default_factory=list)          # samples trained (origin)
+    lost_microbatches: list[int] = field(default_factory=list)
 
     @property
     def completed(self) -> int:

@@ -40,6 +40,8 @@ from peer.routing.health import Health
 from peer.transport.base import TransportError
 from peer.transport.rpc import RemoteError, RpcClient
 
+from tokendata.cursor import microbatch_positions
+
 logger = logging.getLogger(__name__)
 RETRYABLE = {ErrorCode.OVERLOADED, ErrorCode.STALE_SCHEDULE}
 ORIGIN_GONE_AFTER_FAILURES = 8   # consecutive failed heartbeats (about 8 x heartbeat_s or more)
@@ -58,7 +60,8 @@ class WorkerSettings:
     share_dtype: str = "int8"         # gradient shares on the wire (share_codec.py); float32: exact
 
 
-BatchFn = Callable[[int, int, int, int], tuple[torch.Tensor, torch.Tensor]]
+# (iteration, local index, data shard, shards, global sample positions) -> (tokens, targets)
+BatchFn = Callable[[int, int, int, int, list[int]], tuple[torch.Tensor, torch.Tensor]]
 RunnerFactory = Callable[[int], StageRunner]
 
 
@@ -210,6 +213,7 @@ class PipelineWorker:
         if self.runner.is_origin:
             await self._announce_done(i, schedule, st)
         outcome.counts = st.counts()
+        outcome.lost_microbatches = sorted(mb for mb, e in st.own.items() if e.outcome == "lost")
         await average_and_step(self, i, schedule, outcome)
         self.stepped_iteration = i
         self.end_iteration(i)
@@ -236,9 +240,10 @@ class PipelineWorker:
     async def _enqueue_origin_forwards(self, i: int, schedule: Schedule, st: IterationState) -> None:
         shard, shards = pv.data_shard(schedule, self.me)
         for local, route in enumerate(pv.origin_routes(schedule, self.me)):
-            tokens, targets = self.batch(i, local, shard, shards)
+            positions = microbatch_positions(schedule, self.spec.microbatch_samples, i, route.microbatch_id)
+            tokens, targets = self.batch(i, local, shard, shards, positions)
             self.targets[(i, route.microbatch_id)] = targets
-            st.own[route.microbatch_id] = OriginEntry(route)
+            st.own[route.microbatch_id] = OriginEntry(route, positions=tuple(positions))
             await self.inbox.put(i, pv.TaskKey(route.microbatch_id, pv.Kind.ORIGIN_FORWARD, 0),
                                  Work(tokens, route, 0, self.me))
 
@@ -300,6 +305,7 @@ class PipelineWorker:
         entry.outcome = classify(entry.planned, entry.head_route, entry.reissued)
         outcome.loss_sum += entry.loss_sum
         outcome.samples += self.spec.microbatch_samples
+        outcome.positions.extend(entry.positions)
         outcome.stages_visited += len(entry.head_route.hops)
         if entry.outcome != "completed":
             logger.info("iteration %d microbatch %d %s via %s", i, mb, entry.outcome,

@@ -35,7 +35,7 @@ def batches_for(spec: m.RunSpec, corpus_seed: int = 0):
     gen = torch.Generator().manual_seed(corpus_seed)
     cache = {}
 
-    def batch(iteration: int, local: int, shard: int, shards: int):
+    def batch(iteration: int, local: int, shard: int, shards: int, positions=None):
         key = (iteration, local, shard, shards)
         if key not in cache:
             t = torch.randint(0, 256, (spec.microbatch_samples, spec.seq_len + 1), generator=gen)

@@ -13,8 +13,10 @@ the rules below.
     modelconfig/          stdlib only, nothing of ours (model architectures, shared by both sides)
     opsweb/               stdlib only, nothing of ours (the HTTP server + Prometheus text that
                           coordinator/ and peer/ share; asyncio allowed, unlike protocol/)
-    tokendata/            stdlib + numpy + tokenizers + regex + pyarrow + itself (tokenizers and token
-                          datasets, shared by coordinator/ and peer/): no torch, nothing else of ours
+    tokendata/            stdlib + numpy + tokenizers + regex + pyarrow + protocol + itself (tokenizers,
+                          token datasets and the sample cursor, shared by coordinator/ and peer/):
+                          no torch, nothing else of ours; only tokendata.transfer (dataset files
+                          over P2P) uses hivemind
 """
 from __future__ import annotations
 
@@ -138,10 +140,13 @@ def rule_problems(module: str, imp: Import) -> list[str]:
         if imp.top not in STDLIB and imp.top != "modelconfig":
             bad("modelconfig/ depends on the standard library only (the coordinator reads it)")
     if module == "tokendata" or module.startswith("tokendata."):
-        if _ours(imp) and imp.top != "tokendata":
-            bad("tokendata/ imports nothing else of ours")
-        elif imp.top not in STDLIB and imp.top not in ("numpy", "tokenizers", "pyarrow", "regex", "tokendata"):
-            bad("tokendata/ depends on the standard library, numpy, tokenizers, regex and pyarrow only")
+        if _ours(imp) and imp.top not in ("tokendata", "protocol"):
+            bad("tokendata/ imports nothing of ours but protocol/")
+        elif imp.top == "hivemind" and module != "tokendata.transfer":
+            bad("only tokendata.transfer uses hivemind")
+        elif imp.top not in STDLIB and imp.top not in ("numpy", "tokenizers", "pyarrow", "regex", "tokendata",
+                                                       "protocol", "hivemind"):
+            bad("tokendata/ depends on the standard library, numpy, tokenizers, regex, pyarrow and protocol only")
     if module.startswith("peer.compute"):
         if imp.top in NETWORKING:
             bad("peer/compute/ has no hivemind, no asyncio, no networking")
@@ -228,7 +233,8 @@ VIOLATIONS = [
     ("peer.compute.runner", "from opsweb import server"),                 # networking
     ("tokendata.shards", "import torch"),
     ("tokendata.build", "from peer.data import ByteTokenizer"),
-    ("tokendata.build", "from protocol import codec"),
+    ("tokendata.cursor", "import hivemind"),
+    ("tokendata.build", "from coordinator import config"),
 ]
 
 
