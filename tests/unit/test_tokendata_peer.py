@@ -64,25 +64,3 @@ def test_damaged_dataset_refused_at_startup_and_on_the_command_line(folders, tmp
             peer_main(["--initial-peers", "/ip4/127.0.0.1/tcp/1/p2p/x", "--data", str(path)])
         err = capsys.readouterr().err
         assert exc.value.code == 2 and message in err and err.count("\n") == 1, err
-
-
-def test_runtime_trains_a_stage0_peer_from_the_dataset_folder(folders, tmp_path):
-    """RuntimeFactory (what a peer builds once the run spec is known) verifies the folder up
-    front and draws the worker's batches from it; a folder the model cannot use stops startup."""
-    from peer.app import StartupError
-    from peer.config import PeerConfig
-    from peer.runtime import RuntimeFactory
-    from protocol.messages import RunSpec
-    root, text = folders
-    spec = RunSpec(run="t", model="tiny", num_stages=2, skip_ratio=0.0, microbatch_samples=3, seq_len=24)
-    rt = RuntimeFactory(spec, PeerConfig(initial_peers=("x",), benchmark=False, cache_dir=tmp_path,
-                                         data=root / "byte"))
-    x, y = rt.batch(iteration=4, local=1, shard=0, shards=2)
-    assert x.shape == (3, 24) and torch.equal(x[:, 1:], y[:, :-1])
-    assert all(bytes(row.tolist()).decode() in text for row in x)
-    expected = load_token_data(root / "byte", BYTE_MODEL_VOCAB)[0].shard(0, 2).batch(
-        seed=spec.seed, iteration=4, microbatch=1, samples=3, seq_len=24)[0]
-    assert torch.equal(x, expected)
-    with pytest.raises(StartupError, match="more than the model's vocabulary"):
-        RuntimeFactory(spec, PeerConfig(initial_peers=("x",), benchmark=False, cache_dir=tmp_path,
-                                        data=root / "bpe"))
