@@ -94,7 +94,8 @@ def register(subparsers) -> None:
                    help="instead of --checkpoint: pull every stage's current weights from a live run's peers")
     p.add_argument("--run", help="which run (if the folder holds several; required with --initial-peers)")
     p.add_argument("-o", "--output", type=Path, required=True, metavar="OUT", help="folder to write (new or empty)")
-    p.add_argument("--tokenizer", default="byte", help="the run's tokenizer: byte, bpe or a tokenizer.json (default: byte)")
+    p.add_argument("--tokenizer", help="the run's tokenizer: byte, bpe or a tokenizer.json (default: the one the "
+                                       "checkpoint records, else byte)")
     p.add_argument("--max-shard-size", default="5GB", metavar="SIZE",
                    help="largest model.safetensors shard, e.g. 500MB (default: 5GB)")
     p.add_argument("--join-key", type=Path, metavar="FILE", help="with --initial-peers: the run's join secret")

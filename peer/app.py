@@ -110,7 +110,8 @@ class PeerApp:
                                    cfg.announce_period_s)
         self.book = ScheduleBook()
         self.rpc = RpcClient(transport)
-        checkpoints = CheckpointStore(cfg.checkpoint_dir, spec.run, cfg.save_every, cfg.keep_last) if cfg.checkpoint_dir else None
+        checkpoints = CheckpointStore(cfg.checkpoint_dir, spec.run, cfg.save_every, cfg.keep_last,
+                                      (spec.tokenizer, spec.tokenizer_hash)) if cfg.checkpoint_dir else None
         self.worker = PipelineWorker(
             me, spec, self.rpc, self.book, runtime.make_runner, runtime.batch,
             WorkerSettings(max_activations=cfg.max_activations, rpc_timeout_s=cfg.rpc_timeout_s,

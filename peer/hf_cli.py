@@ -27,20 +27,32 @@ class UsageError(Exception):
 def cmd_export(a) -> int:
     from peer.compute.hf_export import parse_size
     max_shard = parse_size(a.max_shard_size)
-    tokenizer = _tokenizer(a.tokenizer)
     from peer.compute.hf_export import write_hf_folder
     if a.checkpoint is not None:
-        from peer.compute.stage_checkpoint import load_stage_modules
+        from peer.compute.stage_checkpoint import load_stage_modules, recorded_tokenizer
+        tokenizer = export_tokenizer(a.tokenizer, recorded_tokenizer(a.checkpoint, a.run))
         run, stages, iteration = load_stage_modules(a.checkpoint, a.run)
         source = f"run {run}, iteration {iteration}, {len(stages)} stages"
     else:
         from peer.live_export import pull_stages
+        tokenizer = _tokenizer(a.tokenizer or "byte")
         stages, source = pull_stages(a.initial_peers, a.run, a.join_key)
     files = write_hf_folder(stages, tokenizer, a.output, max_shard)
     shards = [f for f in files if f.startswith("model") and f.endswith(".safetensors")]
     print(f"exported {source} -> {a.output} ({len(files)} files, weights in {len(shards)} safetensors "
           f"file{'s' if len(shards) > 1 else ''})")
     return 0
+
+
+def export_tokenizer(requested: str | None, recorded: tuple[str, str] | None):
+    """--tokenizer if given (it must be the one the checkpoint records), else the recorded one."""
+    if not requested and recorded is not None and recorded[0] not in ("byte", "bpe"):
+        raise UsageError(f"the run trained with tokenizer {recorded[0]}: pass that tokenizer.json with --tokenizer")
+    tokenizer = _tokenizer(requested or (recorded[0] if recorded else "byte"))
+    if recorded is not None and recorded[1] and tokenizer.hash != recorded[1]:
+        raise UsageError(f"--tokenizer {requested} is not the tokenizer the run trained with ({recorded[0]}, "
+                         f"sha256 {recorded[1][:12]})")
+    return tokenizer
 
 
 def _tokenizer(spec: str):
@@ -72,9 +84,17 @@ def _check_fits(ids: list[int], tokenizer, config) -> None:
 
 
 def generate_tokenizer(a):
-    """--tokenizer, else an exported folder's own tokenizer.json, else the byte tokenizer."""
+    """--tokenizer, else an exported folder's own tokenizer.json, else the one a checkpoint records,
+    else the byte tokenizer."""
     own = a.checkpoint / "tokenizer.json"
-    return _tokenizer(a.tokenizer or (str(own) if own.is_file() else "byte"))
+    if own.is_file():
+        return _tokenizer(a.tokenizer or str(own))
+    from peer.compute.stage_checkpoint import CheckpointError, recorded_tokenizer
+    try:
+        recorded = recorded_tokenizer(a.checkpoint, getattr(a, "run", None))
+    except CheckpointError:
+        recorded = None        # the model loader says what is wrong with the folder
+    return export_tokenizer(a.tokenizer, recorded)
 
 
 def load_model(a):

@@ -80,7 +80,8 @@ def config_json(config: ModelConfig) -> str:
     return json.dumps({"name": config.name, **to_hf_dict(config)}, sort_keys=True)
 
 
-def write_version(directory: Path, run: str, config: ModelConfig, state: dict, iteration: int) -> Path | None:
+def write_version(directory: Path, run: str, config: ModelConfig, state: dict, iteration: int,
+                  tokenizer: tuple[str, str] = ("byte", "")) -> Path | None:
     """Write a runner state (StageRunner.state_dict(): a snapshot) as version `iteration`.
 
     Returns the version folder, or None when a replica had already written that version.
@@ -94,7 +95,7 @@ def write_version(directory: Path, run: str, config: ModelConfig, state: dict, i
     tensors = {_global(n, start): t.detach().to("cpu").contiguous() for n, t in state["module"].items()}
     meta = {"format": FORMAT, "run": run, "stage": str(state["stage"]), "layer_start": str(start),
             "layer_end": str(end), "iteration": str(iteration), "step": str(state["step"]),
-            "model_config": config_json(config)}
+            "model_config": config_json(config), "tokenizer": tokenizer[0], "tokenizer_hash": tokenizer[1]}
     save_file(tensors, str(tmp / WEIGHTS), metadata=meta)
     torch.save(state["optimizer"], tmp / OPTIMIZER)
     for name in (WEIGHTS, OPTIMIZER):          # the rename must not land before the data does
@@ -243,6 +244,17 @@ def find_run(directory: Path, run: str | None = None) -> tuple[str, dict[int, St
             return run, {s: next(f for f in fs if f.iteration == it) for s, fs in new.items()}
         return run, {s: fs[-1] for s, fs in new.items()}
     return run, {s: (new[s] or files)[-1] for s, files in stages.items()}
+
+
+def recorded_tokenizer(directory: Path, run: str | None = None) -> tuple[str, str] | None:
+    """(name, sha256) of the tokenizer the run trained with, as its stage-0 checkpoint records
+    it; None for checkpoints that predate the record (.pt, or no such header)."""
+    _, files = find_run(directory, run)
+    f = files[0]
+    if f.legacy:
+        return None
+    meta = read_meta(f.path)
+    return (meta["tokenizer"], meta.get("tokenizer_hash", "")) if meta.get("tokenizer") else None
 
 
 def load_stage_module(f: StageFile):

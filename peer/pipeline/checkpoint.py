@@ -21,9 +21,11 @@ logger = logging.getLogger(__name__)
 
 
 class CheckpointStore:
-    def __init__(self, directory: Path, run: str, save_every: int = 1, keep_last: int = 2):
+    def __init__(self, directory: Path, run: str, save_every: int = 1, keep_last: int = 2,
+                 tokenizer: tuple[str, str] = ("byte", "")):
         if save_every < 1 or keep_last < 1:
             raise ValueError("save_every and keep_last must be >= 1")
+        self.tokenizer = tokenizer             # (name, hash) of the run's: export defaults to it
         self.directory = Path(directory)
         self.run, self.save_every, self.keep_last = run, save_every, keep_last
         self._cond = threading.Condition()
@@ -67,7 +69,7 @@ class CheckpointStore:
                 config, state, iteration = self._next
                 self._next, self._busy = None, True
             try:
-                path = sc.write_version(self.directory, self.run, config, state, iteration)
+                path = sc.write_version(self.directory, self.run, config, state, iteration, self.tokenizer)
                 sc.prune(self.directory, self.run, state["stage"], self.keep_last)
                 if path is not None:
                     self.written.append(path)

@@ -79,3 +79,22 @@ def test_a_replica_saving_the_same_version_is_harmless(tmp_path):
     second = sc.write_version(tmp_path, "ck", runner.config, runner.state_dict(), 2)
     assert first is not None and second is None
     assert [p.name for p in first.parent.iterdir()] == ["it00000002"]      # no temp folder left
+
+
+def test_the_checkpoint_records_the_run_s_tokenizer_and_export_defaults_to_it(tmp_path):
+    import pytest
+
+    from peer.hf_cli import UsageError, export_tokenizer
+    from tokendata.tokenizer import load_tokenizer
+    bpe = load_tokenizer("bpe")
+    store = CheckpointStore(tmp_path, "ck", tokenizer=("bpe", bpe.hash))
+    store.save(trained_runner(stage=0), 0, 3)
+    store.save(trained_runner(stage=1), 1, 3)
+    recorded = sc.recorded_tokenizer(tmp_path, "ck")
+    assert recorded == ("bpe", bpe.hash)
+    assert export_tokenizer(None, recorded).hash == bpe.hash
+    with pytest.raises(UsageError, match="not the tokenizer the run trained with"):
+        export_tokenizer("byte", recorded)
+    with pytest.raises(UsageError, match="pass that tokenizer.json"):
+        export_tokenizer(None, ("my-tokenizer.json", "ab" * 32))
+    assert export_tokenizer(None, None).name == "byte"      # checkpoints from before the record
