@@ -6,7 +6,6 @@ import json
 import logging
 import math
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -18,12 +17,13 @@ from protocol.topology import load_topology
 from protocol.cli_support import OneLineErrorParser, fail_usage, positive_int, skip_ratio
 from protocol.logsetup import add_logging_flags, setup_logging
 from protocol.settings import add_config_flag, apply_settings, port_or_off
+from protocol.stopping import run_until_stopped
 
 from coordinator.chaos_spec import ChaosSpecError, parse_chaos
 from coordinator.config import CoordinatorConfig
 from coordinator.emulated_topology import assign_nodes, with_emulated_links
 from coordinator.planner.costs import LOCAL_SWARM_OVERHEADS
-from coordinator.local_swarm import benchmark_once, start_peer, stop_processes
+from coordinator.local_swarm import benchmark_once, start_peer, terminate_processes, wait_or_kill
 from coordinator.progress import IterationSummary
 
 logger = logging.getLogger("skippipe.swarm")
@@ -33,6 +33,7 @@ separate processes talking over real hivemind P2P on 127.0.0.1. It trains the ch
 on the embedded Shakespeare corpus, shows progress, prints a summary, and stops every
 process it started.
 """
+PEER_STOP_GRACE_S = 3.5    # the peers were told at once; each has its own 4 s watchdog
 EPILOG = "example:\n  skippipe-swarm --peers 6 --stages 3 --steps 20 --skip 1/3 --model tiny\n"
 
 
@@ -166,6 +167,20 @@ def log_tail(path: Path, lines: int = 8) -> str:
         return f"(cannot read it: {exc})"
 
 
+async def coordinator_ready(app, coordinator: asyncio.Task, timeout_s: float) -> bool:
+    """Whether the coordinator came up; False when it ended first (stopped, or failed)."""
+    ready = asyncio.create_task(app.ready.wait())
+    try:
+        await asyncio.wait({ready, coordinator}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        ready.cancel()
+    if app.ready.is_set():
+        return True
+    if not coordinator.done():
+        print(f"skippipe-swarm: error: the coordinator did not come up within {timeout_s:.0f}s", file=sys.stderr)
+    return False
+
+
 async def startup_failure(peers, app, logs: Path, coordinator: asyncio.Task, deadline: float,
                           poll_s: float = 0.5) -> str | None:
     """Until the first schedule is out: why the swarm cannot start, if a peer process exited
@@ -181,7 +196,7 @@ async def startup_failure(peers, app, logs: Path, coordinator: asyncio.Task, dea
     return None
 
 
-async def run_swarm(args) -> int:
+async def run_swarm(args, stop: asyncio.Event | None = None) -> int:
     from coordinator.app import CoordinatorApp  # hivemind: only once the flags are valid
     from coordinator.cli import hivemind_logs_as
     hivemind_logs_as(args.log_format)
@@ -193,10 +208,7 @@ async def run_swarm(args) -> int:
         join_key_path=str(args.join_key) if args.join_key else "", status_port=args.status_port,
         overheads=LOCAL_SWARM_OVERHEADS)   # every peer on this one machine: its measured fixed costs
     printer = ProgressPrinter(args.steps, args.stages)
-    app = CoordinatorApp(config, on_iteration=printer)
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, app.stop.set)
+    app = CoordinatorApp(config, on_iteration=printer, stop=stop)
     logs = args.logs_dir or Path(tempfile.mkdtemp(prefix="skippipe-swarm-"))
     logs.mkdir(parents=True, exist_ok=True)
     emulated = []   # (node id, identity file) per peer, with --topology
@@ -210,7 +222,8 @@ async def run_swarm(args) -> int:
     peers = []
     started = time.monotonic()
     try:
-        await asyncio.wait_for(app.ready.wait(), timeout=60)
+        if not await coordinator_ready(app, coordinator, timeout_s=60):
+            return 1
         print(f"coordinator up at {app.maddrs[0]}; starting {args.peers} peers (logs in {logs})", flush=True)
         if app.http is not None:
             print(f"status page: {app.http.url}", flush=True)
@@ -253,8 +266,9 @@ async def run_swarm(args) -> int:
               file=sys.stderr)
     finally:
         app.stop.set()
+        terminate_processes(peers)      # the peers and the coordinator leave side by side
         await asyncio.gather(coordinator, return_exceptions=True)
-        await asyncio.to_thread(stop_processes, peers)
+        await asyncio.to_thread(wait_or_kill, peers, PEER_STOP_GRACE_S)
     summary = summary_dict(app.summaries, args, time.monotonic() - started, app.replans)
     ran = ran_schedule(app, app.summaries)
     summary["predicted_iteration_s"] = ran.predicted_iteration_s if ran else None
@@ -300,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     except ChaosSpecError as exc:
         return fail_usage("skippipe-swarm", str(exc))
     setup_logging(args.log_level, args.log_format)
-    return asyncio.run(run_swarm(args))
+    return run_until_stopped(lambda stop: run_swarm(args, stop), "the swarm")
 
 
 if __name__ == "__main__":
