@@ -14,7 +14,8 @@ from pathlib import Path
 from protocol.errors import ProtocolError
 from protocol.messages import SHARE_DTYPES
 from protocol.topology import load_topology
-from protocol.cli_support import OneLineErrorParser, fail_usage, positive_int, skip_ratio
+from protocol.cli_support import (DEFAULT_SKIP, OneLineErrorParser, add_version_flag, fail_usage, model_name,
+                                  positive_int, run_name, skip_ratio)
 from protocol.logsetup import add_logging_flags, setup_logging
 from protocol.settings import add_config_flag, apply_settings, port_or_off
 from protocol.stopping import run_until_stopped
@@ -43,15 +44,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--peers", type=positive_int, default=6, help="number of peer processes (default: 6)")
     p.add_argument("--stages", type=positive_int, default=3, help="pipeline stages (default: 3)")
     p.add_argument("--steps", type=positive_int, default=20, help="training iterations (default: 20)")
-    p.add_argument("--skip", type=skip_ratio, default=1 / 3, metavar="K", help="skip ratio (default: 1/3)")
+    p.add_argument("--skip", type=skip_ratio, default=skip_ratio(DEFAULT_SKIP), metavar="K",
+                   help=f"skip ratio k in [0, 1), e.g. 0.33 or 1/3; 0 is the full pipeline (default: {DEFAULT_SKIP})")
     p.add_argument("--strategy", choices=["skippipe", "full", "random-skip"], default="skippipe")
-    p.add_argument("--model", default="tiny", help="model config (default: tiny)")
+    p.add_argument("--model", type=model_name, default="tiny", help="model config: tiny, small, 500m, 1.5b (default: tiny)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--microbatches", type=positive_int, default=4, help="microbatches per stage-0 peer per iteration")
     p.add_argument("--microbatch-samples", type=positive_int, default=4)
     p.add_argument("--seq-len", type=positive_int, default=64)
     p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--run", default="local", help="run name (default: local)")
+    p.add_argument("--run", type=run_name, default="local", help="run name (default: local)")
     p.add_argument("--checkpoint-dir", type=Path, help="per-stage checkpoints; rerun with the same dir to resume")
     p.add_argument("--summary-json", type=Path, metavar="FILE", help="write the run summary as JSON")
     p.add_argument("--logs-dir", type=Path, help="keep peer logs here (default: a temporary folder)")
@@ -80,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: 0, off)")
     add_logging_flags(p, "WARNING")
     add_config_flag(p)
+    add_version_flag(p)
     return p
 
 
@@ -314,6 +317,9 @@ def main(argv: list[str] | None = None) -> int:
     except ChaosSpecError as exc:
         return fail_usage("skippipe-swarm", str(exc))
     setup_logging(args.log_level, args.log_format)
+    from coordinator.planner.rules import describe_path
+    k = 0.0 if args.strategy == "full" else args.skip   # `full` visits every stage whatever --skip says
+    print(f"{args.strategy}, skip ratio {k:.4g}: {describe_path(args.stages, k)}", flush=True)
     return run_until_stopped(lambda stop: run_swarm(args, stop), "the swarm")
 
 

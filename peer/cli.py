@@ -3,8 +3,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from protocol.cli_support import EXIT_USAGE, OneLineErrorParser, positive_int
-from protocol.ids import check_run_name
+from protocol.cli_support import EXIT_USAGE, OneLineErrorParser, add_version_flag, multiaddr, positive_int, run_name
 from protocol.messages import SHARE_BLOCK, SHARE_DTYPES
 from protocol.logsetup import add_logging_flags, setup_logging
 from protocol.settings import add_config_flag, apply_settings, port_or_off
@@ -70,13 +69,6 @@ def rate_0_1(text: str) -> float:
     return value
 
 
-def run_name(text: str) -> str:
-    try:
-        return check_run_name(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineErrorParser(prog="skippipe-peer", description=DESCRIPTION, epilog=EPILOG,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -91,14 +83,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="dtype of the gradients replicas of a stage exchange each iteration: float32 exact, "
                         f"float16 half the bytes, int8 about a quarter (blockwise quantised, a scale per {SHARE_BLOCK} "
                         "values); all replicas still end bit-identical (default: %(default)s)")
-    p.add_argument("--initial-peers", nargs="+", required=True, metavar="MADDR",
+    p.add_argument("--initial-peers", type=multiaddr, nargs="+", required=True, metavar="MADDR",
                    help="multiaddr(s) of a running coordinator or peer, as printed by skippipe-coordinator")
     p.add_argument("--run", type=run_name, default="default", help="training run to join (default: default)")
     p.add_argument("--stage", type=stage_arg, default=STAGE_AUTO, metavar="auto|K",
                    help="pipeline stage to host; 'auto' lets the coordinator choose (default)")
-    p.add_argument("--host-maddrs", nargs="+", default=["/ip4/0.0.0.0/tcp/0"], metavar="MADDR",
+    p.add_argument("--host-maddrs", type=multiaddr, nargs="+", default=["/ip4/0.0.0.0/tcp/0"], metavar="MADDR",
                    help="where to listen (default: all IPv4 interfaces, random TCP port)")
-    p.add_argument("--announce-maddrs", nargs="+", default=[], metavar="MADDR",
+    p.add_argument("--announce-maddrs", type=multiaddr, nargs="+", default=[], metavar="MADDR",
                    help="public addresses to advertise, if behind NAT with a forwarded port")
     p.add_argument("--data", type=Path, help="text file or folder of .txt files (default: embedded corpus)")
     p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR,
@@ -139,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="JSON {peer id: node id} naming the other peers' nodes (skippipe-swarm writes it)")
     add_logging_flags(p, "INFO")
     add_config_flag(p)
+    add_version_flag(p)
     return p
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from protocol.cli_support import OneLineErrorParser
 from peer.compute.model import get_config, lm_loss
 from peer.compute.stages import StageModule
 from peer.data import CorpusError, TextDataset, load_corpus
@@ -58,7 +59,12 @@ def load_stages(directory: Path, run: str | None) -> tuple[str, list[StageModule
 
 def _load_stage(path: Path, stage: int) -> StageModule:
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)["runner"]
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # junk bytes fail inside the unpickler in many ways (KeyError: 174812789, ...)
+        raise EvalError(f"{path} is not a stage checkpoint (torch cannot read it; it should be a file "
+                        f"that skippipe-peer --checkpoint-dir wrote)") from None
+    try:
+        state = state["runner"]
         config = get_config(state["model_name"])
         module = StageModule(config, stage, tuple(state["layers"]), seed=0)
         module.load_state_dict(state["module"], strict=True)
@@ -105,7 +111,7 @@ def evaluate(stages: list[StageModule], fraction: float, batches, max_choices: i
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="skippipe-coordinator eval", description=__doc__,
+    p = OneLineErrorParser(prog="skippipe-coordinator eval", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", type=Path, required=True, metavar="DIR", help="folder of <run>-stage<K>.pt files")
     p.add_argument("--omit", type=float, default=0.5, metavar="F", help="fraction of non-stage-0 stages to omit")

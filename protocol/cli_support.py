@@ -1,10 +1,16 @@
-"""Conventions shared by every console script (stdlib only): one-line errors, exit codes.
+"""Conventions shared by every console script: one-line errors, exit codes, the argument
+types the three scripts share (run names, model names, multiaddrs, skip ratios), --version.
 
 Lives in protocol/ because peer/ and coordinator/ may not import each other, and the
 user-facing contract ("bad flag -> one line on stderr, exit 2") is part of the interface.
+Stdlib only at import time (multiaddr is imported when a multiaddr is checked).
 """
 import argparse
 import sys
+
+from protocol.errors import FieldError
+from protocol.ids import check_run_name
+from protocol.version import package_version
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -30,6 +36,51 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
+
+
+# The model presets of peer/compute/model.py's CONFIGS (a unit test keeps the two equal),
+# named here so that the torch-free coordinator can refuse an unknown --model at once.
+MODEL_PRESETS = ("tiny", "small", "500m", "1.5b")
+DEFAULT_SKIP = "1/3"   # the paper's k; the coordinator, skippipe-swarm and `plan` all default to it
+
+
+def validate_model_name(text: str) -> str:
+    """The one check of a --model value (extend it here for new kinds of model, e.g. a
+    path to a config file); raises ValueError with the message to show."""
+    if text not in MODEL_PRESETS:
+        raise ValueError(f"unknown model {text!r}; known: {', '.join(MODEL_PRESETS)}")
+    return text
+
+
+def model_name(text: str) -> str:
+    try:
+        return validate_model_name(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def run_name(text: str) -> str:
+    try:
+        return check_run_name(text)
+    except (FieldError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(getattr(exc, "problem", None) or str(exc)) from None
+
+
+def multiaddr(text: str) -> str:
+    """A libp2p multiaddr, e.g. /ip4/203.0.113.5/tcp/31337/p2p/12D3KooW..., checked by the
+    multiaddr package (what hivemind parses it with later, after the network started)."""
+    from multiaddr import Multiaddr
+    try:
+        Multiaddr(text)
+    except Exception as exc:  # multiaddr raises several kinds, all of them meaning "not an address"
+        why = str(exc).split(" (string:")[0].split("': ", 1)[-1]
+        raise argparse.ArgumentTypeError(f"not a multiaddr: {text!r} ({why}); expected e.g. "
+                                         "/ip4/203.0.113.5/tcp/31337/p2p/12D3KooW...") from None
+    return text
+
+
+def add_version_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
 
 
 def skip_ratio(text: str) -> float:

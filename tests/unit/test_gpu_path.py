@@ -179,7 +179,7 @@ def test_reserve_refuses_a_budget_over_the_cap(monkeypatch):
 ])
 def test_cli_exits_2_with_one_line(monkeypatch, capsys, argv, message):
     monkeypatch.setattr(torch.version, "cuda", None)
-    assert cli.main([*argv, "--initial-peers", "/ip4/127.0.0.1/tcp/1/p2p/QmX"]) == 2
+    assert cli.main([*argv, "--initial-peers", "/ip4/127.0.0.1/tcp/1/p2p/12D3KooWS4Lu25p9TxgZAhwHZLN4x3kUmptgqzJLyoiFP89cXYE4"]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
 
