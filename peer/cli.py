@@ -3,7 +3,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from protocol.cli_support import EXIT_USAGE, OneLineErrorParser, add_version_flag, multiaddr, positive_int, run_name
+from protocol.cli_support import (EXIT_USAGE, OneLineErrorParser, add_version_flag, folder_problem, multiaddr,
+                                  positive_int, run_name)
 from protocol.messages import SHARE_BLOCK, SHARE_DTYPES
 from protocol.logsetup import add_logging_flags, setup_logging
 from protocol.settings import add_config_flag, apply_settings, port_or_off
@@ -182,6 +183,11 @@ def main(argv: list[str] | None = None) -> int:
     except DeviceError as exc:
         print(f"skippipe-peer: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    for flag, folder in (("--cache-dir", args.cache_dir if not args.no_benchmark else None),
+                         ("--checkpoint-dir", args.checkpoint_dir)):
+        problem = folder is not None and folder_problem(folder, flag)
+        if problem:
+            parser.error(problem)
     if bool(args.topology) != bool(args.node_id):
         parser.error("--topology and --node-id go together (which node of the topology is this peer?)")
     from peer.app import run_peer  # heavy imports (torch, hivemind) only after the flags are valid

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -18,6 +19,7 @@ import torch
 from peer.compute.model import ModelConfig, get_config, new_block, rotary_tables
 
 CACHE_FORMAT = 1
+logger = logging.getLogger("skippipe.peer")
 
 
 @dataclass(frozen=True)
@@ -153,10 +155,14 @@ def _read_cache(path: Path) -> dict:
 
 def _write_cache(path: Path, entries: dict) -> None:
     # Write-then-rename so a concurrent reader never sees half a file.
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps({"format": CACHE_FORMAT, "entries": entries}, indent=1))
-    tmp.replace(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps({"format": CACHE_FORMAT, "entries": entries}, indent=1))
+        tmp.replace(path)
+    except OSError as exc:  # the measurement still stands; only the next start measures again
+        logger.warning("cannot cache the layer benchmark in %s (%s); it is measured again next time",
+                       path.parent, exc.strerror or exc)
 
 
 def main(argv: list[str] | None = None) -> None:

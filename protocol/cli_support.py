@@ -79,6 +79,22 @@ def multiaddr(text: str) -> str:
     return text
 
 
+def folder_problem(path, flag: str) -> str | None:
+    """Why `path` cannot serve as a folder we write into (created if missing), or None: so a
+    cache or checkpoint folder fails as one line at start-up, not as a traceback later."""
+    import os
+    import tempfile
+    from pathlib import Path
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".write-test-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        return f"{flag} {path} cannot be written ({exc.strerror or exc}); pick a folder you can write to"
+    return None
+
+
 def add_version_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
 
