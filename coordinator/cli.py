@@ -6,8 +6,9 @@ import argparse
 import difflib
 import sys
 
+from opsweb.addresses import multiaddr
 from protocol.cli_support import (DEFAULT_SKIP, EXIT_USAGE, OneLineErrorParser, add_version_flag, model_name,
-                                  multiaddr, positive_int, run_name, skip_ratio)
+                                  positive_int, run_name, skip_ratio)
 from protocol.logsetup import add_logging_flags, setup_logging
 from protocol.settings import add_config_flag, apply_settings, port_or_off
 

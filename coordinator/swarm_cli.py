@@ -18,7 +18,7 @@ from protocol.cli_support import (DEFAULT_SKIP, OneLineErrorParser, add_version_
                                   positive_int, run_name, skip_ratio)
 from protocol.logsetup import add_logging_flags, setup_logging
 from protocol.settings import add_config_flag, apply_settings, port_or_off
-from protocol.stopping import run_until_stopped
+from opsweb.stopping import run_until_stopped
 
 from coordinator.chaos_spec import ChaosSpecError, parse_chaos
 from coordinator.config import CoordinatorConfig

@@ -11,7 +11,7 @@ from opsweb.server import StatusServer
 from protocol.adverts import LinkReport, PeerState
 from protocol.errors import ProtocolError
 from protocol.messages import IterationReport, MicrobatchCounts, ProgressRecord, RunSpec
-from protocol.stopping import run_until_stopped, shutdown_dht
+from opsweb.stopping import run_until_stopped, shutdown_dht
 
 from peer.config import PeerConfig
 from peer.emulation import EmulationError, emulate

@@ -3,7 +3,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from protocol.cli_support import (EXIT_USAGE, OneLineErrorParser, add_version_flag, folder_problem, multiaddr,
+from opsweb.addresses import multiaddr
+from protocol.cli_support import (EXIT_USAGE, OneLineErrorParser, add_version_flag, folder_problem,
                                   positive_int, run_name)
 from protocol.messages import SHARE_BLOCK, SHARE_DTYPES
 from protocol.logsetup import add_logging_flags, setup_logging

@@ -1,9 +1,9 @@
 """Conventions shared by every console script: one-line errors, exit codes, the argument
-types the three scripts share (run names, model names, multiaddrs, skip ratios), --version.
+types the three scripts share (run names, model names, skip ratios, folders), --version.
 
 Lives in protocol/ because peer/ and coordinator/ may not import each other, and the
 user-facing contract ("bad flag -> one line on stderr, exit 2") is part of the interface.
-Stdlib only at import time (multiaddr is imported when a multiaddr is checked).
+Stdlib only (the multiaddr check, which needs the multiaddr package, is opsweb/addresses.py).
 """
 import argparse
 import sys
@@ -64,19 +64,6 @@ def run_name(text: str) -> str:
         return check_run_name(text)
     except (FieldError, ValueError) as exc:
         raise argparse.ArgumentTypeError(getattr(exc, "problem", None) or str(exc)) from None
-
-
-def multiaddr(text: str) -> str:
-    """A libp2p multiaddr, e.g. /ip4/203.0.113.5/tcp/31337/p2p/12D3KooW..., checked by the
-    multiaddr package (what hivemind parses it with later, after the network started)."""
-    from multiaddr import Multiaddr
-    try:
-        Multiaddr(text)
-    except Exception as exc:  # multiaddr raises several kinds, all of them meaning "not an address"
-        why = str(exc).split(" (string:")[0].split("': ", 1)[-1]
-        raise argparse.ArgumentTypeError(f"not a multiaddr: {text!r} ({why}); expected e.g. "
-                                         "/ip4/203.0.113.5/tcp/31337/p2p/12D3KooW...") from None
-    return text
 
 
 def folder_problem(path, flag: str) -> str | None:

@@ -81,7 +81,7 @@ def test_multiaddrs_are_checked(script, flag, capsys):
         pytest.skip("skippipe-swarm takes no addresses: everything is on 127.0.0.1")
     argv = [*NEEDS.get(script, []), flag, "/ip4/127.0.0.1/tcp/4000/p2p/QmPeer"]
     line = one_line_usage_error(SCRIPTS[script], argv, capsys, contains=f"argument {flag}: not a multiaddr")
-    assert "Invalid CID: QmPeer" in line
+    assert "QmPeer" in line
 
 
 def test_unknown_subcommand_suggests_the_close_one(capsys):

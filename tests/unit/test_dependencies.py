@@ -10,8 +10,9 @@ the rules below.
     coordinator/          never peer, never torch
     peer/                 never coordinator
     peer/compute/         no hivemind, no asyncio, no networking; no peer.* outside peer.compute
-    opsweb/               stdlib only, nothing of ours (the HTTP server + Prometheus text that
-                          coordinator/ and peer/ share; asyncio allowed, unlike protocol/)
+    opsweb/               stdlib (+ uvloop, multiaddr) only, nothing of ours (what coordinator/ and
+                          peer/ share to run as services: the HTTP server + Prometheus text, clean
+                          stops and the event loop, multiaddr flags; asyncio allowed, unlike protocol/)
 """
 from __future__ import annotations
 
@@ -129,8 +130,8 @@ def rule_problems(module: str, imp: Import) -> list[str]:
     if module == "opsweb" or module.startswith("opsweb."):
         if _ours(imp) and imp.top != "opsweb":
             bad("opsweb/ imports nothing of ours")
-        elif imp.top not in STDLIB and imp.top != "opsweb":
-            bad("opsweb/ depends on the standard library only")
+        elif imp.top not in STDLIB and imp.top not in ("opsweb", "uvloop", "multiaddr"):
+            bad("opsweb/ depends on the standard library, uvloop and multiaddr only")
     if module.startswith("peer.compute"):
         if imp.top in NETWORKING:
             bad("peer/compute/ has no hivemind, no asyncio, no networking")
@@ -214,6 +215,7 @@ VIOLATIONS = [
     ("peer.compute.runner", "from .... import x"),                        # beyond the top level
     ("opsweb.server", "from protocol import codec"),
     ("opsweb.server", "import aiohttp"),
+    ("opsweb.stopping", "import torch"),
     ("peer.compute.runner", "from opsweb import server"),                 # networking
 ]
 
@@ -234,6 +236,7 @@ ALLOWED = [
     ("coordinator.app", "import asyncio\nimport hivemind\nfrom coordinator.planner import plan"),
     ("peer.app", "import torch\nimport hivemind\nimport asyncio\nfrom protocol import codec"),
     ("opsweb.server", "import asyncio\nfrom urllib.parse import urlsplit\nfrom . import prom"),
+    ("opsweb.stopping", "import asyncio\nimport signal\nimport uvloop"),
     ("peer.compute.runner", "import torch\nimport threading\nfrom .model import Decoder\nfrom protocol.tensors import TensorPayload"),
 ]
 

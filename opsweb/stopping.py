@@ -1,4 +1,5 @@
-"""Clean stops for the long-running scripts (stdlib only; peer/ and coordinator/ share it).
+"""Clean stops and the event loop of the long-running scripts (stdlib, and uvloop when
+installed; peer/ and coordinator/ share it).
 
 A terminal's Ctrl-C reaches the whole process group: our process, hivemind's DHT child
 (which ignores SIGINT) and its p2pd (which dies at once). `docker stop` sends SIGTERM to our
@@ -7,7 +8,8 @@ process alone. Either way:
   watchdog THREAD (the event loop may be blocked in a join or a DHT call whose daemon is gone);
 - if the app is not out within `grace_s`, or on a second signal, every process we started
   (found through /proc, by parent pid, not by name) is SIGKILLed and we exit at once.
-After a normal exit `reap_children` kills what outlived the DHT's own shutdown (an orphaned p2pd).
+After the app returns, GracefulStop.finish ends what outlived the DHT's own shutdown (an
+orphaned p2pd).
 """
 import asyncio
 import logging
@@ -175,11 +177,16 @@ def run_until_stopped(main, what: str = ""):
             holder[0].finish()
 
 
-def run_loop(coro):
-    """asyncio.run on uvloop when it is installed (the design's event loop), else asyncio's."""
+def run_loop(coro, kind: str | None = None):
+    """asyncio.run on uvloop (the design's event loop; measured no slower by bench/swarm.py
+    --loop), or on asyncio's own loop with kind="asyncio" or SKIPPIPE_EVENT_LOOP=asyncio, or
+    when uvloop is not installed (macOS/Linux have wheels; it is a dependency)."""
+    kind = kind or os.environ.get("SKIPPIPE_EVENT_LOOP", "uvloop")
     try:
         import uvloop
     except ImportError:
+        uvloop = None
+    if kind == "asyncio" or uvloop is None:
         return asyncio.run(coro)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(coro)
