@@ -60,6 +60,14 @@ def write_maddrs_file(path: str, maddrs: list[str]) -> None:
                      path, exc.strerror)
 
 
+def remove_stale_maddrs_file(path: str) -> None:
+    try:
+        Path(path).unlink(missing_ok=True)
+    except OSError as exc:
+        logger.warning("cannot remove the old --maddrs-file %s (%s): peers may read a dead address until "
+                       "it is rewritten", path, exc.strerror)
+
+
 class CoordinatorApp:
     # skippipe-swarm --topology swaps in the emulated links (the peers' probes may come too late)
     adjust_topology = staticmethod(lambda topology: topology)
@@ -96,6 +104,8 @@ class CoordinatorApp:
     async def run(self) -> int:
         cfg = self.config
         join_key = load_or_create_join_key(cfg.join_key_path) if cfg.join_key_path else None
+        if cfg.maddrs_file:   # one left by a run that crashed names a dead peer id: gone until we are up
+            remove_stale_maddrs_file(cfg.maddrs_file)
         # in a thread: the loop keeps answering Ctrl-C while the DHT comes up
         self.dht = await asyncio.to_thread(
             DHT, start=True, initial_peers=list(cfg.initial_peers) or None, host_maddrs=list(cfg.host_maddrs),

@@ -76,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     dev = p.add_mutually_exclusive_group()
     dev.add_argument("--gpu", type=int, metavar="N", help="use CUDA device N")
-    dev.add_argument("--device", default="cpu", help="torch device when --gpu is not given (default: cpu)")
+    dev.add_argument("--device", default="cpu",
+                     help="torch device when --gpu is not given: cpu, cuda:N, or mps on Apple silicon (default: cpu)")
     p.add_argument("--max-vram", type=vram_size, default=0, metavar="SIZE",
                    help="GPU memory this peer may use, e.g. 12GB (default: the whole GPU); reserved at start")
     p.add_argument("--wire-dtype", choices=WIRE_CHOICES, default="auto",

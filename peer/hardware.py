@@ -65,6 +65,8 @@ def probe_device(device: str | None = None) -> DeviceInfo:
         free, total = torch.cuda.mem_get_info(index)
         return DeviceInfo(f"cuda:{index}", torch.cuda.get_device_name(index), total, free)
     total, free = _cpu_memory()
+    if dev.type == "mps":   # Apple silicon: the GPU shares the machine's memory
+        return DeviceInfo("mps", "Apple MPS", total, free)
     return DeviceInfo("cpu", _cpu_name(), total, free)
 
 
@@ -81,6 +83,8 @@ def _cpu_name() -> str:
 def _sync(dev: torch.device) -> None:
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
+    elif dev.type == "mps":
+        torch.mps.synchronize()
 
 
 def measure_layer(config: ModelConfig, device: str, samples: int, seq_len: int,
