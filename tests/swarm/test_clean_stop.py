@@ -117,7 +117,9 @@ class Proc:
 
 def test_sigint_and_sigterm_stop_every_script_within_5s(tmp_path):
     coordinator = ["coordinator.cli", "--status-port", "off", "--host-maddrs", "/ip4/127.0.0.1/tcp/0"]
-    host = Proc("coordinator (SIGTERM)", *coordinator, "--run", "host")
+    stale = tmp_path / "coordinator.maddrs"   # left by a coordinator that crashed (compose reads it)
+    stale.write_text("/ip4/127.0.0.1/tcp/1/p2p/12D3KooWS4Lu25p9TxgZAhwHZLN4x3kUmptgqzJLyoiFP89cXYE4\n")
+    host = Proc("coordinator (SIGTERM)", *coordinator, "--run", "host", "--maddrs-file", str(stale))
     procs = [host, Proc("coordinator (SIGINT)", *coordinator, "--run", "a"),
              Proc("coordinator (SIGINT twice)", *coordinator, "--run", "b")]
     swarm = ["coordinator.swarm_cli", "--peers", "1", "--stages", "1", "--steps", "1000", "--log-level", "INFO"]
@@ -126,6 +128,10 @@ def test_sigint_and_sigterm_stop_every_script_within_5s(tmp_path):
     procs += swarms
     try:
         maddrs = host.wait_line(r"--initial-peers (.+)$").group(1).split()
+        deadline = time.monotonic() + 30               # written right after that line
+        while (not stale.exists() or stale.read_text().split() != maddrs) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert stale.read_text().split() == maddrs     # the stale one was replaced by this run's
         peer = ["peer.cli", "--initial-peers", *maddrs, "--run", "no-such-run", "--no-benchmark",
                 "--host-maddrs", "/ip4/127.0.0.1/tcp/0"]
         peers = [Proc("peer waiting for its spec (SIGINT)", *peer), Proc("peer waiting for its spec (SIGTERM)", *peer)]
@@ -145,6 +151,7 @@ def test_sigint_and_sigterm_stop_every_script_within_5s(tmp_path):
             p.wait_line(r"no run spec for run 'no-such-run' found on the DHT yet; waiting .*is --run right\?")
             took[p.name] = p.signal_and_wait(sig)
         took[host.name] = host.signal_and_wait(signal.SIGTERM)
+        assert not stale.exists()                      # a stopped coordinator leaves no address behind
         print(took)
     finally:
         for p in procs:
