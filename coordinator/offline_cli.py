@@ -112,6 +112,7 @@ def cmd_simulate(args) -> int:
         "cold_iteration_s": round(result.iteration_time_s, 6),                # one iteration on idle nodes
         "predicted_iteration_s": schedule.predicted_iteration_s,
         "microbatches": len(schedule.routes),
+        "path_lengths": sorted({len(r.hops) for r in schedule.routes}),
         "busy_fraction": {k: round(v, 4) for k, v in result.busy_fraction.items()},
         "mean_busy_fraction": round(sum(result.busy_fraction.values()) / max(1, len(result.busy_fraction)), 4),
         "stage_finish_s": {str(k): round(v, 6) for k, v in result.stage_finish_s.items()},
@@ -124,8 +125,10 @@ def cmd_simulate(args) -> int:
     if args.json:
         print(json.dumps(report))
     else:
-        print(f"{schedule.strategy}: iteration {report['iteration_time_s']:.2f} s, mean busy "
-              f"{report['mean_busy_fraction']:.0%}, {len(violations)} violation(s)")
+        lengths = "/".join(map(str, report["path_lengths"])) or "-"
+        print(f"{schedule.strategy}: iteration {report['iteration_time_s']:.2f} s, path length {lengths} of "
+              f"{schedule.num_stages} stages, mean busy {report['mean_busy_fraction']:.0%}, "
+              f"{len(violations)} violation(s)")
         for v in violations:
             print(f"  {v.kind.value}: {v.message}")
     return 0

@@ -86,6 +86,8 @@ def test_plan_prints_the_path_length_it_uses(tmp_path, capsys, skip, length):
     assert run(["plan", "--topology", str(topo), "--skip", skip, "-o", str(out)]) == 0
     assert f"each microbatch visits {length} of 6 stages (path length {length})" in capsys.readouterr().out
     assert {len(r.hops) for r in schedule_from_json(out.read_text()).routes} == {length}
+    assert run(["simulate", str(out), "--topology", str(topo)]) == 0
+    assert f"path length {length} of 6 stages" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("strategy", ["full", "random-skip"])
