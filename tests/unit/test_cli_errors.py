@@ -1,7 +1,6 @@
 """Issue 23's argument errors: every one is ONE line on stderr and exit code 2, raised by the
 parser before any network or compute starts; --version on all three scripts from one source."""
 import re
-import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -107,12 +106,11 @@ def test_eval_flag_errors_are_evals_own_one_line(tmp_path, capsys):
                          contains="skippipe-coordinator eval: error: argument --omit: expected a number in [0, 1]")
 
 
-def test_junk_checkpoint_is_a_clear_line(tmp_path):
+def test_junk_checkpoint_is_a_clear_line(tmp_path, capsys):
+    from peer.evaluate import main as evaluate   # what `skippipe-coordinator eval` runs
     (tmp_path / "r-stage0.pt").write_bytes(bytes(range(256)) * 20)
-    done = subprocess.run([sys.executable, "-m", "peer.evaluate", "--checkpoint", str(tmp_path)],
-                          capture_output=True, text=True, cwd=ROOT, timeout=120)
-    err = done.stderr.strip().splitlines()
-    assert done.returncode == 2 and len(err) == 1, done.stderr
+    code, err = exit_code_and_err(evaluate, ["--checkpoint", str(tmp_path)], capsys)
+    assert code == 2 and len(err) == 1, err
     assert re.fullmatch(r"skippipe-coordinator eval: error: .*r-stage0\.pt is not a stage checkpoint "
                         r"\(torch cannot read it; .*\)", err[0])
 
@@ -134,3 +132,13 @@ def test_one_default_skip_ratio_everywhere():
 def test_swarm_argument_errors_come_before_any_process(capsys):
     one_line_usage_error(swarm_cli.main, ["--stages", "4", "--peers", "2"], capsys,
                          contains="--stages 4 needs at least as many --peers")
+
+
+def test_every_registered_subcommand_is_in_SUBCOMMANDS():
+    """Adding a subcommand: its name in coordinator/cli.py's SUBCOMMANDS and its register(sub)
+    call in build_parser; this catches one without the other."""
+    parser = coordinator_cli.build_parser()
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    assert tuple(sub.choices) == coordinator_cli.SUBCOMMANDS
+    for name in coordinator_cli.SUBCOMMANDS:   # and every one takes --config, before or after its name
+        assert coordinator_cli.with_subcommand(["--config", "c.toml", name])[:3] == [name, "--config", "c.toml"]
