@@ -11,11 +11,11 @@ from typing import Awaitable, Callable
 from hivemind import DHT
 
 from opsweb.server import StatusServer
+from opsweb.stopping import run_until_stopped, shutdown_dht
 
 from protocol.membership import JoinKeyError, create_join_key, load_join_key
 from protocol.messages import RunSpec
 from protocol.schedule import Schedule
-from opsweb.stopping import run_until_stopped, shutdown_dht
 
 from coordinator.config import CoordinatorConfig
 from coordinator.dht_io import CoordinatorRecords, record_validators

@@ -268,10 +268,11 @@ async def run_swarm(args, stop: asyncio.Event | None = None) -> int:
         print(f"skippipe-swarm: error: the run did not finish within {args.timeout:.0f}s; peer logs are in {logs}",
               file=sys.stderr)
     finally:
+        signalled = app.stop.is_set()   # Ctrl-C / SIGTERM: everything must be gone within 5 s
         app.stop.set()
         terminate_processes(peers)      # the peers and the coordinator leave side by side
         await asyncio.gather(coordinator, return_exceptions=True)
-        await asyncio.to_thread(wait_or_kill, peers, PEER_STOP_GRACE_S)
+        await asyncio.to_thread(wait_or_kill, peers, PEER_STOP_GRACE_S if signalled else 10.0)
     summary = summary_dict(app.summaries, args, time.monotonic() - started, app.replans)
     ran = ran_schedule(app, app.summaries)
     summary["predicted_iteration_s"] = ran.predicted_iteration_s if ran else None

@@ -7,11 +7,11 @@ import time
 from hivemind import DHT
 
 from opsweb.server import StatusServer
+from opsweb.stopping import run_until_stopped, shutdown_dht
 
 from protocol.adverts import LinkReport, PeerState
 from protocol.errors import ProtocolError
 from protocol.messages import IterationReport, MicrobatchCounts, ProgressRecord, RunSpec
-from opsweb.stopping import run_until_stopped, shutdown_dht
 
 from peer.config import PeerConfig
 from peer.emulation import EmulationError, emulate
@@ -38,8 +38,6 @@ SPEC_WAIT_S = 60.0
 LINGER_AFTER_FINISH_S = 5.0
 REPORTS_KEPT = 16
 SPOT_CHECKS_TTL_S = 1800.0   # our spot-check reports stay readable this long after the last one
-
-
 SPEC_HINT_AFTER_S = 5.0      # a wrong --run shows as this one log line, not a silent minute
 DHT_SHUTDOWN_S = 1.5         # then hivemind terminates its DHT child: inside the 5 s a stop may take
 
