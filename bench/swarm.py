@@ -10,7 +10,7 @@ calls it with RpcClient, exactly as peers do. Measured side by side:
   of one more stashed microbatch vs the budgeted one.
 Targets: overhead < 10 ms, throughput >= 200 MB/s, memory bounded by the activation budget.
 
-  python bench/swarm.py [--pings 200] [--sends 8] [--no-memory]
+  python bench/swarm.py [--pings 200] [--sends 8] [--no-memory] [--loop uvloop|asyncio]
 Last line: RESULT hop_overhead_ms=<median> hop_p95_ms=<n> hop_after_pause_ms=<median> throughput_mb_s=<median>
            [rss_growth_mb=<n> activation_budget_mb=<n> runtime_overhead_mb=<n>
             mb_per_activation=<measured> budgeted_mb_per_activation=<n> memory_bounded=<0|1>]
@@ -112,8 +112,12 @@ if __name__ == "__main__":
     p.add_argument("--pings", type=int, default=200)
     p.add_argument("--sends", type=int, default=8)
     p.add_argument("--no-memory", action="store_true", help="skip the peer memory part (about 2 minutes)")
+    p.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop",
+                   help="event loop of the transport part (default: uvloop, as the peers and the coordinator run)")
     a = p.parse_args()
-    figures = [asyncio.run(transport(a.pings, a.sends))]
+    from opsweb.stopping import run_loop
+    print(f"event loop: {a.loop}")
+    figures = [run_loop(transport(a.pings, a.sends), a.loop)]
     if not a.no_memory:
         figures.append(memory())
     print("RESULT " + " ".join(figures))

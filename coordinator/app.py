@@ -4,7 +4,6 @@ import asyncio
 import dataclasses
 import logging
 import math
-import signal
 import time
 from pathlib import Path
 from typing import Awaitable, Callable
@@ -12,6 +11,7 @@ from typing import Awaitable, Callable
 from hivemind import DHT
 
 from opsweb.server import StatusServer
+from opsweb.stopping import run_until_stopped, shutdown_dht
 
 from protocol.membership import JoinKeyError, create_join_key, load_join_key
 from protocol.messages import RunSpec
@@ -31,6 +31,7 @@ from coordinator.swarm_view import BanList, NotPlannable, SwarmSnapshot, to_topo
 
 logger = logging.getLogger("skippipe.coordinator")
 SWITCH_MARGIN_S = 4.0      # a new epoch starts this far (in iterations' time) after its publication
+DHT_SHUTDOWN_S = 1.5      # then hivemind terminates its DHT child: inside the 5 s a stop may take
 
 
 def spec_from_config(config: CoordinatorConfig, data: RunData | None = None) -> RunSpec:
@@ -66,18 +67,26 @@ def write_maddrs_file(path: str, maddrs: list[str]) -> None:
                      path, exc.strerror)
 
 
+def remove_stale_maddrs_file(path: str) -> None:
+    try:
+        Path(path).unlink(missing_ok=True)
+    except OSError as exc:
+        logger.warning("cannot remove the old --maddrs-file %s (%s): peers may read a dead address until "
+                       "it is rewritten", path, exc.strerror)
+
+
 class CoordinatorApp:
     # skippipe-swarm --topology swaps in the emulated links (the peers' probes may come too late)
     adjust_topology = staticmethod(lambda topology: topology)
 
     def __init__(self, config: CoordinatorConfig,
                  on_iteration: Callable[[IterationSummary], Awaitable[None] | None] | None = None,
-                 run_data: RunData | None = None):
+                 run_data: RunData | None = None, stop: asyncio.Event | None = None):
         self.config = config
         self.run_data = run_data or resolve_run_data(config.data_dir, config.tokenizer)
         self.spec = spec_from_config(config, self.run_data)
         self.on_iteration = on_iteration
-        self.stop = asyncio.Event()
+        self.stop = stop or asyncio.Event()
         self.ready = asyncio.Event()        # set once the DHT is up and the spec is written
         self.dht: DHT | None = None
         self.schedule: Schedule | None = None
@@ -104,31 +113,41 @@ class CoordinatorApp:
     async def run(self) -> int:
         cfg = self.config
         join_key = load_or_create_join_key(cfg.join_key_path) if cfg.join_key_path else None
-        self.dht = DHT(start=True, initial_peers=list(cfg.initial_peers) or None,
-                       host_maddrs=list(cfg.host_maddrs), announce_maddrs=list(cfg.announce_maddrs) or None,
-                       record_validators=record_validators(cfg.run))
+        if cfg.maddrs_file:   # one left by a run that crashed names a dead peer id: gone until we are up
+            remove_stale_maddrs_file(cfg.maddrs_file)
+        # in a thread: the loop keeps answering Ctrl-C while the DHT comes up
+        self.dht = await asyncio.to_thread(
+            DHT, start=True, initial_peers=list(cfg.initial_peers) or None, host_maddrs=list(cfg.host_maddrs),
+            announce_maddrs=list(cfg.announce_maddrs) or None, record_validators=record_validators(cfg.run),
+            shutdown_timeout=DHT_SHUTDOWN_S)
         try:
-            self.records = CoordinatorRecords(self.dht, cfg.run, join_key)
-            await self.records.put_spec(self.spec)
-            await self._serve_data()
-            previous = await self.records.get_schedule()
-            if previous is not None and previous.run == cfg.run:
-                self._adopt(previous)
-                logger.info("continuing from stored schedule epoch %d", previous.epoch)
-            logger.info("run %r is up. Peers join with:\n  skippipe-peer --run %s --initial-peers %s",
-                        cfg.run, cfg.run, " ".join(self.maddrs))
-            await self._start_status_page()
-            if cfg.maddrs_file:
-                write_maddrs_file(cfg.maddrs_file, self.maddrs)
-            self.ready.set()
-            await self._loop()
+            await until_stopped(self._serve(join_key), self.stop)
             return 0
         finally:
             if self.http is not None:
                 await self.http.close()
             if cfg.maddrs_file:  # a stale file would send peers to a dead address
                 Path(cfg.maddrs_file).unlink(missing_ok=True)
-            self.dht.shutdown()
+            # joins the DHT child for up to its shutdown_timeout: off the loop, which keeps
+            # answering signals (a second Ctrl-C) meanwhile
+            await asyncio.to_thread(shutdown_dht, self.dht)
+
+    async def _serve(self, join_key: bytes | None) -> None:
+        cfg = self.config
+        self.records = CoordinatorRecords(self.dht, cfg.run, join_key)
+        await self.records.put_spec(self.spec)
+        await self._serve_data()
+        previous = await self.records.get_schedule()
+        if previous is not None and previous.run == cfg.run:
+            self._adopt(previous)
+            logger.info("continuing from stored schedule epoch %d", previous.epoch)
+        logger.info("run %r is up. Peers join with:\n  skippipe-peer --run %s --initial-peers %s",
+                    cfg.run, cfg.run, " ".join(self.maddrs))
+        await self._start_status_page()
+        if cfg.maddrs_file:
+            write_maddrs_file(cfg.maddrs_file, self.maddrs)
+        self.ready.set()
+        await self._loop()
 
     async def _serve_data(self) -> None:
         """Volunteers without a copy of --data download it from us (tokendata/transfer.py)."""
@@ -284,15 +303,26 @@ class CoordinatorApp:
         return 0 if schedule is None else sum(r.origin == origin for r in schedule.routes)
 
 
-def run_coordinator(config: CoordinatorConfig, run_data: RunData | None = None) -> int:
-    async def main() -> int:
-        app = CoordinatorApp(config, on_iteration=print_summary, run_data=run_data)
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, app.stop.set)
-        return await app.run()
+async def until_stopped(work: Awaitable, stop: asyncio.Event) -> None:
+    """Await `work` until it ends or `stop` is set; then cancel it: a round waiting on a DHT
+    whose p2pd a Ctrl-C already ended would otherwise hold the stop up."""
+    task = asyncio.ensure_future(work)
+    stopper = asyncio.create_task(stop.wait())
     try:
-        return asyncio.run(main())
+        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in (task, stopper):
+            t.cancel()
+        await asyncio.gather(task, stopper, return_exceptions=True)
+    if task.done() and not task.cancelled() and task.exception() is not None:
+        raise task.exception()
+
+
+def run_coordinator(config: CoordinatorConfig, run_data: RunData | None = None) -> int:
+    async def main(stop: asyncio.Event) -> int:
+        return await CoordinatorApp(config, on_iteration=print_summary, run_data=run_data, stop=stop).run()
+    try:
+        return run_until_stopped(main, "the coordinator")
     except JoinKeyError as exc:
         logger.error("%s", exc)
         return 1

@@ -3,11 +3,13 @@
 Subcommands: run (default), plan, simulate, topology, eval, tokenizer, data, export, generate.
 """
 import argparse
+import difflib
 import sys
 
 from modelconfig import ConfigError, check_stages, resolve_model, to_spec_json
-from protocol.cli_support import OneLineErrorParser, fail_usage, positive_int, skip_ratio
-from protocol.ids import check_run_name
+from opsweb.addresses import multiaddr
+from protocol.cli_support import (DEFAULT_SKIP, EXIT_USAGE, OneLineErrorParser, add_version_flag, fail_usage,
+                                  positive_int, run_name, skip_ratio)
 from protocol.logsetup import add_logging_flags, setup_logging
 from protocol.settings import add_config_flag, apply_settings, port_or_off
 
@@ -28,14 +30,8 @@ Coordinate a SkipPipe Swarm training run, or plan and simulate schedules offline
   generate   sample a continuation from a checkpoint or an exported folder
 """
 DEFAULT_STATUS_PORT = 8321
-SUBCOMMANDS = ("run", "plan", "simulate", "topology", "eval", "tokenizer", "data", "export", "generate", "-h", "--help")
-
-
-def run_name(text: str) -> str:
-    try:
-        return check_run_name(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+# Every subcommand; adding one: its name here and its module's register(sub) in build_parser.
+SUBCOMMANDS = ("run", "plan", "simulate", "topology", "eval", "tokenizer", "data", "export", "generate")
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -43,8 +39,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="tiny", metavar="NAME|config.json",
                    help="model preset (tiny, small, 500m, 1.5b) or a Hugging Face LlamaConfig config.json (default: tiny)")
     p.add_argument("--stages", type=positive_int, default=3, help="pipeline stages (default: 3)")
-    p.add_argument("--skip", type=skip_ratio, default=0.0, metavar="K",
-                   help="skip ratio k in [0, 1), e.g. 0.33 or 1/3 (default: 0, the full pipeline)")
+    p.add_argument("--skip", type=skip_ratio, default=skip_ratio(DEFAULT_SKIP), metavar="K",
+                   help=f"skip ratio k in [0, 1), e.g. 0.33 or 1/3; 0 is the full pipeline (default: {DEFAULT_SKIP})")
     p.add_argument("--strategy", choices=["skippipe", "full", "random-skip"], default="skippipe")
     add_data_arguments(p)
     p.add_argument("--seed", type=int, default=0, help="seed for model init, data and planning")
@@ -54,9 +50,10 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--microbatches", type=positive_int, default=4, help="microbatches per stage-0 peer per iteration")
     p.add_argument("--lr", type=float, default=3e-3, help="peak AdamW learning rate")
     p.add_argument("--warmup", type=int, default=5, help="warm-up iterations")
-    p.add_argument("--host-maddrs", nargs="+", default=["/ip4/0.0.0.0/tcp/0"], metavar="MADDR")
-    p.add_argument("--announce-maddrs", nargs="+", default=[], metavar="MADDR")
-    p.add_argument("--initial-peers", nargs="+", default=[], metavar="MADDR", help="join an existing DHT")
+    p.add_argument("--host-maddrs", type=multiaddr, nargs="+", default=["/ip4/0.0.0.0/tcp/0"], metavar="MADDR")
+    p.add_argument("--announce-maddrs", type=multiaddr, nargs="+", default=[], metavar="MADDR")
+    p.add_argument("--initial-peers", type=multiaddr, nargs="+", default=[], metavar="MADDR",
+                   help="join an existing DHT")
     p.add_argument("--min-peers", type=int, default=0, help="wait for this many peers before planning")
     p.add_argument("--status-port", type=port_or_off, default=DEFAULT_STATUS_PORT, metavar="PORT|off",
                    help=f"HTTP status page, /api/status and /metrics (default: {DEFAULT_STATUS_PORT}; 0: any free port)")
@@ -111,6 +108,9 @@ def run_command(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return fail_usage("skippipe-coordinator", f"--model: {exc}" if exc.field != "--model" else str(exc))
     setup_logging(args.log_level, args.log_format)
+    from coordinator.planner.rules import describe_path
+    k = 0.0 if args.strategy == "full" else args.skip   # `full` visits every stage whatever --skip says
+    print(f"{args.strategy}, skip ratio {k:.4g}: {describe_path(args.stages, k)}", flush=True)
     from coordinator.app import run_coordinator  # hivemind only once the flags are valid
     hivemind_logs_as(args.log_format)
     return run_coordinator(config_from_args(args), run_data)
@@ -125,30 +125,58 @@ def hivemind_logs_as(log_format: str) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineErrorParser(prog="skippipe-coordinator", description=DESCRIPTION,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="command", metavar="{run,plan,simulate,topology,eval,tokenizer,data,export,generate}",
+    add_version_flag(p)
+    sub = p.add_subparsers(dest="command", metavar="{" + ",".join(SUBCOMMANDS) + "}",
                            parser_class=OneLineErrorParser)
     add_run_arguments(sub.add_parser("run", help="coordinate a live run (default)",
                                      description="Coordinate a live SkipPipe training run."))
     offline_cli.register(sub)
     data_cli.register(sub)
     export_cli.register(sub)
+    for name, command in sub.choices.items():   # `--config FILE` works before or after any subcommand
+        if not any("--config" in a.option_strings for a in command._actions):
+            add_config_flag(command)
     return p
 
 
+def with_subcommand(argv: list[str]) -> list[str] | str:
+    """argv with its subcommand first: `--config F plan ...` -> `plan --config F ...`, and
+    `--run X ...` (flags only) -> `run --run X ...`. A word that is no subcommand: the error."""
+    lead = []   # --config FILE given before the subcommand
+    rest = list(argv)
+    while rest and (rest[0] == "--config" or rest[0].startswith("--config=")):
+        take = 1 if "=" in rest[0] else 2
+        lead, rest = lead + rest[:take], rest[take:]
+    if not rest or rest[0].startswith("-"):
+        if rest and rest[0] in ("-h", "--help", "--version") and not lead:
+            return rest
+        return ["run", *lead, *rest]    # `skippipe-coordinator --run X ...` means `run`
+    if rest[0] not in SUBCOMMANDS:
+        close = difflib.get_close_matches(rest[0], SUBCOMMANDS, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else f" (commands: {', '.join(SUBCOMMANDS)})"
+        return f"unknown command {rest[0]!r}{hint}"
+    return [rest[0], *lead, *rest[1:]]
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in SUBCOMMANDS:
-        argv.insert(0, "run")  # `skippipe-coordinator --run X ...` means `run`
+    argv = with_subcommand(list(sys.argv[1:] if argv is None else argv))
+    if isinstance(argv, str):
+        print(f"skippipe-coordinator: error: {argv}", file=sys.stderr)
+        return EXIT_USAGE
     parser = build_parser()
-    if argv[0] == "run":
-        apply_settings(run_parser(parser), argv[1:], "coordinator")
+    if argv[0] in SUBCOMMANDS:   # a config file's top-level keys and [coordinator] / [plan] ... table
+        apply_settings(subcommand_parser(parser, argv[0]), argv[1:], "coordinator" if argv[0] == "run" else argv[0])
     args = parser.parse_args(argv)
     return args.func(args)
 
 
-def run_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+def subcommand_parser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return sub.choices["run"]
+    return sub.choices[name]
+
+
+def run_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    return subcommand_parser(parser, "run")
 
 
 if __name__ == "__main__":

@@ -45,10 +45,21 @@ def benchmark_once(model: str, samples: int, seq_len: int, timeout_s: float = 30
     return out[-1] if out else f"the layer benchmark exited {done.returncode}"
 
 
-def stop_processes(processes: list[subprocess.Popen], grace_s: float = 10.0) -> None:
-    """SIGTERM each process group, wait up to `grace_s`, then SIGKILL what is left."""
+def terminate_processes(processes: list[subprocess.Popen]) -> None:
+    """SIGTERM each process group (what `docker stop` sends): each leaves the swarm in order."""
     for p in processes:
         _signal_group(p, signal.SIGTERM)
+
+
+def stop_processes(processes: list[subprocess.Popen], grace_s: float = 10.0) -> None:
+    """SIGTERM each process group, wait up to `grace_s`, then SIGKILL what is left."""
+    terminate_processes(processes)
+    wait_or_kill(processes, grace_s)
+
+
+def wait_or_kill(processes: list[subprocess.Popen], grace_s: float) -> None:
+    """Wait up to `grace_s` for processes already told to stop (a second SIGTERM would make
+    them stop at once, unclean), then SIGKILL what is left."""
     deadline = time.monotonic() + grace_s
     for p in processes:
         try:

@@ -9,12 +9,13 @@ import json
 import random
 import subprocess
 import sys
-from fractions import Fraction
 from pathlib import Path
 
 from coordinator.planner import STRATEGIES, PlanConfig, PlannerConfig, PlanningError, plan, simulate, validate
 from coordinator.planner.steady import predict
 from coordinator.planner.presets import PRESETS, make_topology
+from coordinator.planner.rules import describe_path
+from protocol.cli_support import DEFAULT_SKIP, positive_int, skip_ratio
 from protocol.errors import FieldError, ProtocolError
 from protocol.schedule import schedule_from_json, schedule_to_json
 from protocol.topology import load_topology, topology_to_json
@@ -31,12 +32,16 @@ def _fail(message: str) -> int:
     return 2
 
 
-def _ratio(text: str) -> float:
-    """'0.33', '1/3' -> float (range checked by the planner, so the error names the problem)."""
+def _fraction_0_1(text: str) -> str:
+    """eval's --omit, checked here so that a typo is eval's one-line error (the evaluation
+    itself runs in another process)."""
     try:
-        return float(Fraction(text))
-    except (ValueError, ZeroDivisionError):
-        raise argparse.ArgumentTypeError(f"not a number or fraction: {text!r}") from None
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
+    return text
 
 
 def _write(path: str | None, text: str) -> None:
@@ -67,6 +72,9 @@ def cmd_plan(args) -> int:
     stages = sorted(set(schedule.stage_of().values()))
     sizes = [sum(1 for a in schedule.assignment if a.stage == s) for s in stages]
     length = len(schedule.routes[0].hops) if schedule.routes else 0
+    k = 0.0 if args.strategy == "full" else args.skip   # `full` visits every stage whatever --skip says
+    print(f"{args.strategy}, skip ratio {k:.4g}: {describe_path(topo.workload.num_stages, k)}",
+          file=sys.stderr if not args.output or args.output == "-" else sys.stdout)
     print(f"{schedule.strategy}: {len(topo.nodes)} nodes, stage sizes {sizes}, {len(schedule.routes)} "
           f"microbatches x {length} stages, predicted iteration {schedule.predicted_iteration_s:.2f} s"
           f"{' -> ' + args.output if args.output and args.output != '-' else ''}",
@@ -83,7 +91,17 @@ def _load_schedule(path: str):
         raise CliError(f"{path}: bad schedule: {exc}") from None
 
 
+def _need_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise CliError("--gantt needs matplotlib: pip install 'skippipe-swarm[plot]' (or pip install matplotlib)") \
+            from None
+
+
 def cmd_simulate(args) -> int:
+    if args.gantt:
+        _need_matplotlib()   # before any work
     topo = load_topology(args.topology)
     schedule = _load_schedule(args.schedule)
     violations = validate(schedule, topo)
@@ -94,6 +112,7 @@ def cmd_simulate(args) -> int:
         "cold_iteration_s": round(result.iteration_time_s, 6),                # one iteration on idle nodes
         "predicted_iteration_s": schedule.predicted_iteration_s,
         "microbatches": len(schedule.routes),
+        "path_lengths": sorted({len(r.hops) for r in schedule.routes}),
         "busy_fraction": {k: round(v, 4) for k, v in result.busy_fraction.items()},
         "mean_busy_fraction": round(sum(result.busy_fraction.values()) / max(1, len(result.busy_fraction)), 4),
         "stage_finish_s": {str(k): round(v, 6) for k, v in result.stage_finish_s.items()},
@@ -102,22 +121,27 @@ def cmd_simulate(args) -> int:
         "violations": [v.to_plain() for v in violations],
     }
     if args.gantt:
-        write_gantt(result, schedule, args.gantt)
+        write_gantt(result, schedule, args.gantt, report["iteration_time_s"])
     if args.json:
         print(json.dumps(report))
     else:
-        print(f"{schedule.strategy}: iteration {report['iteration_time_s']:.2f} s, mean busy "
-              f"{report['mean_busy_fraction']:.0%}, {len(violations)} violation(s)")
+        lengths = "/".join(map(str, report["path_lengths"])) or "-"
+        print(f"{schedule.strategy}: iteration {report['iteration_time_s']:.2f} s, path length {lengths} of "
+              f"{schedule.num_stages} stages, mean busy {report['mean_busy_fraction']:.0%}, "
+              f"{len(violations)} violation(s)")
         for v in violations:
             print(f"  {v.kind.value}: {v.message}")
     return 0
 
 
-def write_gantt(result, schedule, path: str) -> None:
-    """One row per node (by stage), forward solid, backward hatched, head black; colour = microbatch."""
+def write_gantt(result, schedule, path: str, iteration_s: float) -> None:
+    """One row per node (by stage), forward solid, backward hatched, head black; colour = microbatch.
+    The title gives `iteration_s`, the steady-state time stdout prints; the bars are one
+    iteration started on idle nodes (its own length said beside it)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
     stage_of = schedule.stage_of()
     nodes = sorted(result.busy_s, key=lambda n: (stage_of.get(n, 99), n))
     row = {n: i for i, n in enumerate(nodes)}
@@ -134,8 +158,11 @@ def write_gantt(result, schedule, path: str) -> None:
     ax.set_yticks(range(len(nodes)), [f"{n} (s{stage_of.get(n, '?')})" for n in nodes], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("time (s)")
-    ax.set_title(f"{schedule.strategy}: iteration {result.iteration_time_s:.2f} s "
-                 "(solid = forward, hatched = backward, black = head + loss)")
+    ax.set_title(f"{schedule.strategy}: iteration {iteration_s:.2f} s (steady state); "
+                 f"drawn: one iteration from idle nodes, {result.iteration_time_s:.2f} s")
+    ax.legend(handles=[Patch(facecolor=cmap(0), label="forward (colour = microbatch)"),
+                       Patch(facecolor=cmap(0), hatch="//", edgecolor="black", alpha=0.75, label="backward"),
+                       Patch(facecolor="black", label="head + loss")], loc="upper right", fontsize=7)
     fig.tight_layout()
     try:
         fig.savefig(path)
@@ -146,8 +173,12 @@ def write_gantt(result, schedule, path: str) -> None:
 
 
 def cmd_topology(args) -> int:
-    if args.nodes < 1:
-        raise CliError("--nodes must be >= 1")
+    # what `plan` can use: every stage needs a node of its own, and every stage a layer
+    if args.nodes < args.stages:
+        raise CliError(f"--nodes {args.nodes} is fewer than --stages {args.stages}: `plan` needs at least "
+                       "one node per stage")
+    if args.layers < args.stages:
+        raise CliError(f"--layers {args.layers} is fewer than --stages {args.stages}: every stage needs a layer")
     topo = make_topology(args.preset, args.nodes, random.Random(args.seed), stages=args.stages,
                          layers=args.layers, microbatch_samples=args.microbatch_samples,
                          microbatches=args.microbatches, activation_bytes=int(args.activation_mib * 2**20),
@@ -159,7 +190,7 @@ def cmd_topology(args) -> int:
 
 def cmd_eval(args) -> int:
     """The evaluation needs torch and the model: run it in a peer-side process, relay its result."""
-    cmd = [sys.executable, "-m", "peer.evaluate", "--checkpoint", args.checkpoint, "--omit", args.omit]
+    cmd = [sys.executable, "-m", "peer.evaluate", "--checkpoint", args.checkpoint, "--omit", str(args.omit)]
     for flag, value in (("--run", args.run), ("--data", args.data)):
         if value:
             cmd += [flag, value]
@@ -177,7 +208,8 @@ def register(subparsers) -> None:
                               description="Partition nodes into stages, schedule every microbatch's path "
                                           "and each node's order; write the schedule JSON.")
     p.add_argument("--topology", required=True, help="topology JSON (skippipe-topology/1)")
-    p.add_argument("--skip", type=_ratio, default=1.0 / 3.0, help="skip ratio k in [0, 1), e.g. 0.33 or 1/3")
+    p.add_argument("--skip", type=skip_ratio, default=skip_ratio(DEFAULT_SKIP), metavar="K",
+                   help=f"skip ratio k in [0, 1), e.g. 0.33 or 1/3; 0 is the full pipeline (default: {DEFAULT_SKIP})")
     p.add_argument("--strategy", choices=STRATEGIES, default="skippipe", help="planner or baseline")
     p.add_argument("--seed", type=int, default=0, help="RNG seed (same seed, same schedule)")
     p.add_argument("-o", "--output", help="schedule file to write (default: stdout)")
@@ -199,15 +231,15 @@ def register(subparsers) -> None:
                               description="geo: 12 world regions; clusters: fast clusters, slow links "
                                           "between; single: one cluster.")
     t.add_argument("--preset", choices=PRESETS, default="geo", help="network shape")
-    t.add_argument("--nodes", type=int, default=20, help="number of nodes")
+    t.add_argument("--nodes", type=positive_int, default=20, help="number of nodes")
     t.add_argument("--seed", type=int, default=0, help="RNG seed")
     t.add_argument("-o", "--output", help="file to write (default: stdout)")
-    t.add_argument("--stages", type=int, default=6, help="pipeline stages")
-    t.add_argument("--layers", type=int, default=24, help="model layers")
-    t.add_argument("--microbatch-samples", type=int, default=8, help="samples per microbatch")
-    t.add_argument("--microbatches", type=int, default=6, help="microbatches per data node per iteration")
+    t.add_argument("--stages", type=positive_int, default=6, help="pipeline stages")
+    t.add_argument("--layers", type=positive_int, default=24, help="model layers")
+    t.add_argument("--microbatch-samples", type=positive_int, default=8, help="samples per microbatch")
+    t.add_argument("--microbatches", type=positive_int, default=6, help="microbatches per data node per iteration")
     t.add_argument("--activation-mib", type=float, default=4.0, help="activation MiB per sample")
-    t.add_argument("--memory", type=int, default=3, help="activations a node can hold (microbatches)")
+    t.add_argument("--memory", type=positive_int, default=3, help="activations a node can hold (microbatches)")
     t.add_argument("--param-mib-per-layer", type=float, default=0.0, help="for replica averaging; 0 = ignore")
     t.add_argument("--clusters", type=int, default=0, help="clusters preset: how many (0 = auto)")
     t.set_defaults(func=_guarded(cmd_topology))
@@ -217,7 +249,8 @@ def register(subparsers) -> None:
                                           "with all stages and with a fraction F of the non-stage-0 stages "
                                           "omitted (random and worst-case choices). Runs python -m peer.evaluate.")
     e.add_argument("--checkpoint", required=True, metavar="DIR", help="folder of <run>-stage<K>.pt files")
-    e.add_argument("--omit", default="0.5", metavar="F", help="fraction of the non-stage-0 stages to omit")
+    e.add_argument("--omit", type=_fraction_0_1, default="0.5", metavar="F",
+                   help="fraction of the non-stage-0 stages to omit, in [0, 1] (default: 0.5)")
     e.add_argument("--run", help="which run, if the folder holds several")
     e.add_argument("--data", help="text file or folder (default: the embedded corpus)")
     e.add_argument("--json", action="store_true", help="print one JSON object")

@@ -6,7 +6,6 @@ import json
 import logging
 import math
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -15,9 +14,11 @@ from pathlib import Path
 from protocol.errors import ProtocolError
 from protocol.messages import SHARE_DTYPES
 from protocol.topology import load_topology
-from protocol.cli_support import OneLineErrorParser, fail_usage, positive_int, skip_ratio
+from protocol.cli_support import (DEFAULT_SKIP, OneLineErrorParser, add_version_flag, fail_usage,
+                                  positive_int, run_name, skip_ratio)
 from protocol.logsetup import add_logging_flags, setup_logging
 from protocol.settings import add_config_flag, apply_settings, port_or_off
+from opsweb.stopping import run_until_stopped
 
 from modelconfig import ConfigError, check_stages, resolve_model, to_spec_json
 
@@ -26,7 +27,7 @@ from coordinator.cli import add_data_arguments, resolve_data_or_exit
 from coordinator.config import CoordinatorConfig
 from coordinator.emulated_topology import assign_nodes, with_emulated_links
 from coordinator.planner.costs import LOCAL_SWARM_OVERHEADS
-from coordinator.local_swarm import benchmark_once, start_peer, stop_processes
+from coordinator.local_swarm import benchmark_once, start_peer, terminate_processes, wait_or_kill
 from coordinator.progress import IterationSummary
 from tokendata.cursor import expand_positions
 
@@ -37,6 +38,7 @@ separate processes talking over real hivemind P2P on 127.0.0.1. It trains the ch
 on the embedded Shakespeare corpus, shows progress, prints a summary, and stops every
 process it started.
 """
+PEER_STOP_GRACE_S = 3.5    # the peers were told at once; each has its own 4 s watchdog
 EPILOG = "example:\n  skippipe-swarm --peers 6 --stages 3 --steps 20 --skip 1/3 --model tiny\n"
 
 
@@ -46,7 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--peers", type=positive_int, default=6, help="number of peer processes (default: 6)")
     p.add_argument("--stages", type=positive_int, default=3, help="pipeline stages (default: 3)")
     p.add_argument("--steps", type=positive_int, default=20, help="training iterations (default: 20)")
-    p.add_argument("--skip", type=skip_ratio, default=1 / 3, metavar="K", help="skip ratio (default: 1/3)")
+    p.add_argument("--skip", type=skip_ratio, default=skip_ratio(DEFAULT_SKIP), metavar="K",
+                   help=f"skip ratio k in [0, 1), e.g. 0.33 or 1/3; 0 is the full pipeline (default: {DEFAULT_SKIP})")
     p.add_argument("--strategy", choices=["skippipe", "full", "random-skip"], default="skippipe")
     add_data_arguments(p)
     p.add_argument("--model", default="tiny", metavar="NAME|config.json",
@@ -56,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--microbatch-samples", type=positive_int, default=4)
     p.add_argument("--seq-len", type=positive_int, default=64)
     p.add_argument("--lr", type=float, default=3e-3)
-    p.add_argument("--run", default="local", help="run name (default: local)")
+    p.add_argument("--run", type=run_name, default="local", help="run name (default: local)")
     p.add_argument("--checkpoint-dir", type=Path, help="per-stage checkpoints; rerun with the same dir to resume")
     p.add_argument("--save-every", type=positive_int, default=1, metavar="N",
                    help="with --checkpoint-dir: save after every N-th iteration and the last (default: 1)")
@@ -89,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: 0, off)")
     add_logging_flags(p, "WARNING")
     add_config_flag(p)
+    add_version_flag(p)
     return p
 
 
@@ -186,6 +190,20 @@ def log_tail(path: Path, lines: int = 8) -> str:
         return f"(cannot read it: {exc})"
 
 
+async def coordinator_ready(app, coordinator: asyncio.Task, timeout_s: float) -> bool:
+    """Whether the coordinator came up; False when it ended first (stopped, or failed)."""
+    ready = asyncio.create_task(app.ready.wait())
+    try:
+        await asyncio.wait({ready, coordinator}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        ready.cancel()
+    if app.ready.is_set():
+        return True
+    if not coordinator.done():
+        print(f"skippipe-swarm: error: the coordinator did not come up within {timeout_s:.0f}s", file=sys.stderr)
+    return False
+
+
 async def startup_failure(peers, app, logs: Path, coordinator: asyncio.Task, deadline: float,
                           poll_s: float = 0.5) -> str | None:
     """Until the first schedule is out: why the swarm cannot start, if a peer process exited
@@ -201,7 +219,7 @@ async def startup_failure(peers, app, logs: Path, coordinator: asyncio.Task, dea
     return None
 
 
-async def run_swarm(args) -> int:
+async def run_swarm(args, stop: asyncio.Event | None = None) -> int:
     from coordinator.app import CoordinatorApp  # hivemind: only once the flags are valid
     from coordinator.cli import hivemind_logs_as
     hivemind_logs_as(args.log_format)
@@ -214,10 +232,7 @@ async def run_swarm(args) -> int:
         data_dir=args.data, tokenizer=args.tokenizer,
         overheads=LOCAL_SWARM_OVERHEADS)   # every peer on this one machine: its measured fixed costs
     printer = ProgressPrinter(args.steps, args.stages)
-    app = CoordinatorApp(config, on_iteration=printer, run_data=args.run_data)
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, app.stop.set)
+    app = CoordinatorApp(config, on_iteration=printer, run_data=args.run_data, stop=stop)
     logs = args.logs_dir or Path(tempfile.mkdtemp(prefix="skippipe-swarm-"))
     logs.mkdir(parents=True, exist_ok=True)
     emulated = []   # (node id, identity file) per peer, with --topology
@@ -231,7 +246,8 @@ async def run_swarm(args) -> int:
     peers = []
     started = time.monotonic()
     try:
-        await asyncio.wait_for(app.ready.wait(), timeout=60)
+        if not await coordinator_ready(app, coordinator, timeout_s=60):
+            return 1
         print(f"coordinator up at {app.maddrs[0]}; starting {args.peers} peers (logs in {logs})", flush=True)
         if app.http is not None:
             print(f"status page: {app.http.url}", flush=True)
@@ -274,9 +290,11 @@ async def run_swarm(args) -> int:
         print(f"skippipe-swarm: error: the run did not finish within {args.timeout:.0f}s; peer logs are in {logs}",
               file=sys.stderr)
     finally:
+        signalled = app.stop.is_set()   # Ctrl-C / SIGTERM: everything must be gone within 5 s
         app.stop.set()
+        terminate_processes(peers)      # the peers and the coordinator leave side by side
         await asyncio.gather(coordinator, return_exceptions=True)
-        await asyncio.to_thread(stop_processes, peers)
+        await asyncio.to_thread(wait_or_kill, peers, PEER_STOP_GRACE_S if signalled else 10.0)
     summary = summary_dict(app.summaries, args, time.monotonic() - started, app.replans)
     ran = ran_schedule(app, app.summaries)
     summary["predicted_iteration_s"] = ran.predicted_iteration_s if ran else None
@@ -329,7 +347,10 @@ def main(argv: list[str] | None = None) -> int:
     except ChaosSpecError as exc:
         return fail_usage("skippipe-swarm", str(exc))
     setup_logging(args.log_level, args.log_format)
-    return asyncio.run(run_swarm(args))
+    from coordinator.planner.rules import describe_path
+    k = 0.0 if args.strategy == "full" else args.skip   # `full` visits every stage whatever --skip says
+    print(f"{args.strategy}, skip ratio {k:.4g}: {describe_path(args.stages, k)}", flush=True)
+    return run_until_stopped(lambda stop: run_swarm(args, stop), "the swarm")
 
 
 if __name__ == "__main__":

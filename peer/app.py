@@ -2,12 +2,12 @@
 import asyncio
 import collections
 import logging
-import signal
 import time
 
 from hivemind import DHT
 
 from opsweb.server import StatusServer
+from opsweb.stopping import run_until_stopped, shutdown_dht
 
 from protocol.adverts import LinkReport, PeerState
 from protocol.errors import ProtocolError
@@ -40,16 +40,23 @@ SPEC_WAIT_S = 60.0
 LINGER_AFTER_FINISH_S = 5.0
 REPORTS_KEPT = 16
 SPOT_CHECKS_TTL_S = 1800.0   # our spot-check reports stay readable this long after the last one
+SPEC_HINT_AFTER_S = 5.0      # a wrong --run shows as this one log line, not a silent minute
+DHT_SHUTDOWN_S = 1.5         # then hivemind terminates its DHT child: inside the 5 s a stop may take
 
 
 class StartupError(Exception):
     """Something the user must fix (printed as one line, exit 1)."""
 
 
+class Stopped(Exception):
+    """A stop signal arrived while starting up: leave without joining."""
+
+
 def start_dht(config: PeerConfig, guard: PeerGuard) -> DHT:
     try:
         return DHT(start=True, initial_peers=list(config.initial_peers), host_maddrs=list(config.host_maddrs),
-                   announce_maddrs=list(config.announce_maddrs) or None, **guard.dht_kwargs())
+                   announce_maddrs=list(config.announce_maddrs) or None, shutdown_timeout=DHT_SHUTDOWN_S,
+                   **guard.dht_kwargs())
     except Exception as exc:
         if guard.is_duplicate(exc):
             raise StartupError(guard.duplicate_message()) from None
@@ -58,9 +65,9 @@ def start_dht(config: PeerConfig, guard: PeerGuard) -> DHT:
 
 
 class PeerApp:
-    def __init__(self, config: PeerConfig):
+    def __init__(self, config: PeerConfig, stop: asyncio.Event | None = None):
         self.config = config
-        self.stop = asyncio.Event()
+        self.stop = stop or asyncio.Event()
         self.advert_state = PeerState.JOINING
         self.reports: collections.deque[IterationReport] = collections.deque(maxlen=REPORTS_KEPT)
         self.progress_publisher = LatestPublisher(self._put_progress, "progress")
@@ -73,18 +80,36 @@ class PeerApp:
         except ValueError as exc:  # identity or join key unusable: the message says what to do
             raise StartupError(str(exc)) from None
         try:
-            dht = start_dht(self.config, self.guard)  # before torch touches CUDA: the DHT forks
+            # before torch touches CUDA: the DHT forks; in a thread, so Ctrl-C is heard meanwhile
+            dht = await self._unless_stopped(asyncio.to_thread(start_dht, self.config, self.guard))
             try:
                 return await self._run_with(dht)
             finally:
-                dht.shutdown()
+                await asyncio.to_thread(shutdown_dht, dht)  # off the loop: a second Ctrl-C is still heard
+        except Stopped:
+            logger.info("stopped before joining the run")
+            return 0
         finally:
             self.guard.close()
+
+    async def _unless_stopped(self, work):
+        """Await `work`, or raise Stopped (cancelling it) once a stop is asked for: start-up
+        steps (waiting for the run spec, building the model) must not hold a Ctrl-C up."""
+        task = asyncio.ensure_future(work)
+        stopper = asyncio.create_task(self.stop.wait())
+        try:
+            await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+        if task.done():
+            return task.result()
+        task.cancel()
+        raise Stopped
 
     async def _run_with(self, dht: DHT) -> int:
         cfg = self.config
         self.dht = dht
-        p2p = await dht.replicate_p2p()
+        p2p = await self._unless_stopped(dht.replicate_p2p())
         try:  # the link emulator (testing only; off without --topology) sits under the metrics
             inner, self.emulation = emulate(HivemindTransport(p2p), cfg.topology, cfg.node_id, cfg.node_map)
         except EmulationError as exc:
@@ -92,17 +117,17 @@ class PeerApp:
         transport = MeteredTransport(inner, self.metrics)
         me = transport.peer_id
         self.records = self.guard.records(dht, me)
-        spec = await self._wait_for_spec()
+        spec = await self._unless_stopped(self._wait_for_spec())
         logger.info("joined run %r (model %s, %d stages, skip %.2f) as %s", spec.run, spec.model,
                     spec.num_stages, spec.skip_ratio, me)
         from peer.runtime import RuntimeFactory  # torch and the model: after the DHT exists
         slowdown = self.emulation.slowdown if self.emulation else 1.0
-        runtime = await asyncio.to_thread(RuntimeFactory, spec, cfg, slowdown)
+        runtime = await self._unless_stopped(asyncio.to_thread(RuntimeFactory, spec, cfg, slowdown))
         if cfg.stage <= 0:    # stage 0 or auto: the coordinator may make us an origin
             from peer.dataset_fetch import prepare_samples
             from peer.training_data import DataMismatch
             try:
-                runtime.samples = await prepare_samples(spec, cfg, p2p, self._data_holders())
+                runtime.samples = await self._unless_stopped(prepare_samples(spec, cfg, p2p, self._data_holders()))
             except DataMismatch as exc:
                 raise StartupError(str(exc)) from None
         maddrs = tuple(str(a) for a in dht.get_visible_maddrs())
@@ -131,7 +156,7 @@ class PeerApp:
         server = self.guard.rpc_server(self.records, RpcServer)
         WorkHandlers(self.worker, coalesced(self.refresh_schedule)).register(server)
         await transport.serve(server.handle)
-        self.reachability = await run_self_test(p2p, bool(cfg.announce_maddrs))
+        self.reachability = await self._unless_stopped(run_self_test(p2p, bool(cfg.announce_maddrs)))
         self.announcer.update(reachability=self.reachability.verdict)   # shown on the status page
         http = None
         self.announcer.update(state=PeerState.ONLINE)
@@ -182,11 +207,17 @@ class PeerApp:
         return http
 
     async def _wait_for_spec(self) -> RunSpec:
-        deadline = time.monotonic() + SPEC_WAIT_S
-        while time.monotonic() < deadline:
+        start = time.monotonic()
+        hinted = False
+        while time.monotonic() < start + SPEC_WAIT_S:
             spec = await self.records.get_spec()
             if spec is not None:
                 return spec
+            if not hinted and time.monotonic() - start >= SPEC_HINT_AFTER_S:
+                logger.warning("no run spec for run %r found on the DHT yet; waiting up to %.0fs more "
+                               "(is --run right? it must match the coordinator's --run)",
+                               self.config.run, start + SPEC_WAIT_S - time.monotonic())
+                hinted = True
             await asyncio.sleep(1.0)
         raise StartupError(f"no run named {self.config.run!r} was found in the DHT within "
                            f"{SPEC_WAIT_S:.0f}s; check --run and that its coordinator is up")
@@ -271,15 +302,11 @@ class PeerApp:
 
 
 def run_peer(config: PeerConfig) -> int:
-    async def main() -> int:
-        app = PeerApp(config)
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, app.stop.set)
-        return await app.run()
+    async def main(stop: asyncio.Event) -> int:
+        return await PeerApp(config, stop).run()
 
     try:
-        return asyncio.run(main())
+        return run_until_stopped(main, "the peer")
     except (StartupError, ProtocolError) as exc:
         logger.error("%s", exc)
         return 1

@@ -10,7 +10,7 @@ run read, so the planner and its predictions saw compute that was not there.
 import sys
 from pathlib import Path
 
-from protocol.cli_support import OneLineErrorParser, positive_int
+from protocol.cli_support import OneLineErrorParser, folder_problem, positive_int
 
 from peer.config import DEFAULT_CACHE_DIR
 
@@ -27,7 +27,11 @@ def build_parser() -> OneLineErrorParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    problem = folder_problem(args.cache_dir, "--cache-dir")
+    if problem:
+        parser.error(problem)
     import torch
     from peer import hardware
     from modelconfig import ConfigError, resolve_model

@@ -3,8 +3,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from protocol.cli_support import EXIT_USAGE, OneLineErrorParser, positive_int
-from protocol.ids import check_run_name
+from opsweb.addresses import multiaddr
+from protocol.cli_support import (EXIT_USAGE, OneLineErrorParser, add_version_flag, folder_problem,
+                                  positive_int, run_name)
 from protocol.messages import SHARE_BLOCK, SHARE_DTYPES
 from protocol.logsetup import add_logging_flags, setup_logging
 from protocol.settings import add_config_flag, apply_settings, port_or_off
@@ -70,19 +71,13 @@ def rate_0_1(text: str) -> float:
     return value
 
 
-def run_name(text: str) -> str:
-    try:
-        return check_run_name(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineErrorParser(prog="skippipe-peer", description=DESCRIPTION, epilog=EPILOG,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     dev = p.add_mutually_exclusive_group()
     dev.add_argument("--gpu", type=int, metavar="N", help="use CUDA device N")
-    dev.add_argument("--device", default="cpu", help="torch device when --gpu is not given (default: cpu)")
+    dev.add_argument("--device", default="cpu",
+                     help="torch device when --gpu is not given: cpu, cuda:N, or mps on Apple silicon (default: cpu)")
     p.add_argument("--max-vram", type=vram_size, default=0, metavar="SIZE",
                    help="GPU memory this peer may use, e.g. 12GB (default: the whole GPU); reserved at start")
     p.add_argument("--wire-dtype", choices=WIRE_CHOICES, default="auto",
@@ -91,14 +86,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="dtype of the gradients replicas of a stage exchange each iteration: float32 exact, "
                         f"float16 half the bytes, int8 about a quarter (blockwise quantised, a scale per {SHARE_BLOCK} "
                         "values); all replicas still end bit-identical (default: %(default)s)")
-    p.add_argument("--initial-peers", nargs="+", required=True, metavar="MADDR",
+    p.add_argument("--initial-peers", type=multiaddr, nargs="+", required=True, metavar="MADDR",
                    help="multiaddr(s) of a running coordinator or peer, as printed by skippipe-coordinator")
     p.add_argument("--run", type=run_name, default="default", help="training run to join (default: default)")
     p.add_argument("--stage", type=stage_arg, default=STAGE_AUTO, metavar="auto|K",
                    help="pipeline stage to host; 'auto' lets the coordinator choose (default)")
-    p.add_argument("--host-maddrs", nargs="+", default=["/ip4/0.0.0.0/tcp/0"], metavar="MADDR",
+    p.add_argument("--host-maddrs", type=multiaddr, nargs="+", default=["/ip4/0.0.0.0/tcp/0"], metavar="MADDR",
                    help="where to listen (default: all IPv4 interfaces, random TCP port)")
-    p.add_argument("--announce-maddrs", nargs="+", default=[], metavar="MADDR",
+    p.add_argument("--announce-maddrs", type=multiaddr, nargs="+", default=[], metavar="MADDR",
                    help="public addresses to advertise, if behind NAT with a forwarded port")
     p.add_argument("--data", type=data_path, metavar="PATH",
                    help="a dataset folder built by `skippipe-coordinator data` (its manifest and hashes are checked), "
@@ -146,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="JSON {peer id: node id} naming the other peers' nodes (skippipe-swarm writes it)")
     add_logging_flags(p, "INFO")
     add_config_flag(p)
+    add_version_flag(p)
     return p
 
 
@@ -212,6 +208,11 @@ def main(argv: list[str] | None = None) -> int:
     except DeviceError as exc:
         print(f"skippipe-peer: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    for flag, folder in (("--cache-dir", args.cache_dir if not args.no_benchmark else None),
+                         ("--checkpoint-dir", args.checkpoint_dir)):
+        problem = folder is not None and folder_problem(folder, flag)
+        if problem:
+            parser.error(problem)
     if bool(args.topology) != bool(args.node_id):
         parser.error("--topology and --node-id go together (which node of the topology is this peer?)")
     from peer.app import run_peer  # heavy imports (torch, hivemind) only after the flags are valid

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from protocol.cli_support import OneLineErrorParser
 from peer.compute.model import lm_loss
 from peer.compute.stage_checkpoint import CheckpointError, load_stage_modules
 from peer.compute.stages import StageModule
@@ -78,7 +79,7 @@ def evaluate(stages: list[StageModule], fraction: float, batches, max_choices: i
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="skippipe-coordinator eval", description=__doc__,
+    p = OneLineErrorParser(prog="skippipe-coordinator eval", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkpoint", type=Path, required=True, metavar="DIR", help="a run's checkpoint folder (--checkpoint-dir)")
     p.add_argument("--omit", type=float, default=0.5, metavar="F", help="fraction of non-stage-0 stages to omit")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -18,6 +19,7 @@ import torch
 from peer.compute.model import ModelConfig, get_config, new_block, rotary_tables
 
 CACHE_FORMAT = 1
+logger = logging.getLogger("skippipe.peer")
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,8 @@ def probe_device(device: str | None = None) -> DeviceInfo:
         free, total = torch.cuda.mem_get_info(index)
         return DeviceInfo(f"cuda:{index}", torch.cuda.get_device_name(index), total, free)
     total, free = _cpu_memory()
+    if dev.type == "mps":   # Apple silicon: the GPU shares the machine's memory
+        return DeviceInfo("mps", "Apple MPS", total, free)
     return DeviceInfo("cpu", _cpu_name(), total, free)
 
 
@@ -79,6 +83,8 @@ def _cpu_name() -> str:
 def _sync(dev: torch.device) -> None:
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
+    elif dev.type == "mps":
+        torch.mps.synchronize()
 
 
 def measure_layer(config: ModelConfig, device: str, samples: int, seq_len: int,
@@ -153,10 +159,14 @@ def _read_cache(path: Path) -> dict:
 
 def _write_cache(path: Path, entries: dict) -> None:
     # Write-then-rename so a concurrent reader never sees half a file.
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps({"format": CACHE_FORMAT, "entries": entries}, indent=1))
-    tmp.replace(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps({"format": CACHE_FORMAT, "entries": entries}, indent=1))
+        tmp.replace(path)
+    except OSError as exc:  # the measurement still stands; only the next start measures again
+        logger.warning("cannot cache the layer benchmark in %s (%s); it is measured again next time",
+                       path.parent, exc.strerror or exc)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -5,8 +5,10 @@ from peer.pipeline.worker import PipelineWorker
 def status_line(worker: PipelineWorker, peer_id: str, state: str, reach: str = "") -> str:
     stage = "-" if worker.stage is None else str(worker.stage)
     last = worker.history[-1] if worker.history else None
-    parts = [f"peer {peer_id[:12]}", f"state={state}", f"stage={stage}", f"iteration={worker.iteration}",
-             f"inbox={len(worker.inbox)}"]
+    parts = [f"peer {peer_id[:12]}", f"state={state}", f"stage={stage}"]
+    if worker.stage is None:
+        parts.append(f"waiting: {waiting_reason(worker)}")
+    parts += [f"iteration={worker.iteration}", f"inbox={len(worker.inbox)}"]
     if worker.runner is not None:
         parts.append(f"stash={worker.runner.stashed}")
     if last is not None:
@@ -21,6 +23,16 @@ def status_line(worker: PipelineWorker, peer_id: str, state: str, reach: str = "
     return " ".join(parts)
 
 
+def waiting_reason(worker: PipelineWorker) -> str:
+    """Why a peer has no stage yet, in the words its status line shows."""
+    latest = worker.book.latest
+    if latest is None:
+        return "no schedule yet"
+    if worker.me not in latest.stage_of():
+        return f"not in schedule epoch {latest.epoch} yet (the coordinator re-plans when it sees this peer)"
+    return "building the stage"
+
+
 def status_dict(app) -> dict:
     """What /api/status on the peer shows; works at any point of start-up."""
     worker = getattr(app, "worker", None)
@@ -32,6 +44,7 @@ def status_dict(app) -> dict:
     if worker is not None:
         last = worker.history[-1] if worker.history else None
         out.update(peer_id=worker.me, stage=worker.stage, iteration=worker.iteration, inbox=len(worker.inbox),
+                   waiting=waiting_reason(worker) if worker.stage is None else None,
                    cut_off=worker.isolation.cut_off,
                    last_iteration_s=(last.finished_at - last.started_at) if last else None,
                    last_loss=(last.loss_sum / last.samples) if last and last.samples else None,

@@ -1,10 +1,16 @@
-"""Conventions shared by every console script (stdlib only): one-line errors, exit codes.
+"""Conventions shared by every console script: one-line errors, exit codes, the argument
+types the three scripts share (run names, model names, skip ratios, folders), --version.
 
 Lives in protocol/ because peer/ and coordinator/ may not import each other, and the
 user-facing contract ("bad flag -> one line on stderr, exit 2") is part of the interface.
+Stdlib only (the multiaddr check, which needs the multiaddr package, is opsweb/addresses.py).
 """
 import argparse
 import sys
+
+from protocol.errors import FieldError
+from protocol.ids import check_run_name
+from protocol.version import package_version
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -30,6 +36,54 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
+
+
+# The model presets of peer/compute/model.py's CONFIGS (a unit test keeps the two equal),
+# named here so that the torch-free coordinator can refuse an unknown --model at once.
+MODEL_PRESETS = ("tiny", "small", "500m", "1.5b")
+DEFAULT_SKIP = "1/3"   # the paper's k; the coordinator, skippipe-swarm and `plan` all default to it
+
+
+def validate_model_name(text: str) -> str:
+    """The one check of a --model value (extend it here for new kinds of model, e.g. a
+    path to a config file); raises ValueError with the message to show."""
+    if text not in MODEL_PRESETS:
+        raise ValueError(f"unknown model {text!r}; known: {', '.join(MODEL_PRESETS)}")
+    return text
+
+
+def model_name(text: str) -> str:
+    try:
+        return validate_model_name(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def run_name(text: str) -> str:
+    try:
+        return check_run_name(text)
+    except (FieldError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(getattr(exc, "problem", None) or str(exc)) from None
+
+
+def folder_problem(path, flag: str) -> str | None:
+    """Why `path` cannot serve as a folder we write into (created if missing), or None: so a
+    cache or checkpoint folder fails as one line at start-up, not as a traceback later."""
+    import os
+    import tempfile
+    from pathlib import Path
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".write-test-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        return f"{flag} {path} cannot be written ({exc.strerror or exc}); pick a folder you can write to"
+    return None
+
+
+def add_version_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
 
 
 def skip_ratio(text: str) -> float:

@@ -57,7 +57,8 @@ def load_file(path: str, section: str) -> tuple[dict[str, Any], set[str]]:
     own = data.get(section, {})
     if not isinstance(own, dict):
         raise ValueError(f"config file {path}: [{section}] must be a table")
-    merged = {k.replace("-", "_"): v for k, v in data.items() if k not in SECTIONS}
+    # tables are other programs' sections ([peer], [plan], ...): never top-level settings
+    merged = {k.replace("-", "_"): v for k, v in data.items() if k not in SECTIONS and not isinstance(v, dict)}
     merged.update({k.replace("-", "_"): v for k, v in own.items()})
     return merged, {k.replace("-", "_") for k in own}
 
@@ -90,7 +91,7 @@ def apply_settings(parser: argparse.ArgumentParser, argv: list[str], section: st
     """Turn config-file and environment settings into `parser`'s defaults; a bad setting is a
     one-line usage error naming where it came from."""
     env = os.environ if env is None else env
-    actions = {a.dest: a for a in parser._actions if a.option_strings and a.dest not in ("help", "config")}
+    actions = {a.dest: a for a in parser._actions if a.option_strings and a.dest not in ("help", "config", "version")}
     try:
         found: dict[str, tuple[Any, str]] = {}
         path = _config_path(argv, env)

@@ -3,12 +3,31 @@
 Peers with the same major version interoperate; a minor bump only adds optional fields,
 which older peers drop when decoding.
 """
+import re
+from pathlib import Path
+
 from protocol.errors import VersionMismatch
 
 PROTOCOL_MAJOR = 1
 PROTOCOL_MINOR = 3
 PROTOCOL_VERSION = (PROTOCOL_MAJOR, PROTOCOL_MINOR)
-PACKAGE_VERSION = "0.1.0"
+PACKAGE_VERSION = "0.1.0"    # kept equal to pyproject.toml's by a unit test
+DISTRIBUTION = "skippipe-swarm"
+
+
+def package_version() -> str:
+    """The installed distribution's version (what `--version` prints on all three scripts);
+    from a source tree that is not installed, pyproject.toml's."""
+    from importlib import metadata
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        pass
+    try:
+        text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+        return re.search(r'^version\s*=\s*"([^"]+)"', text, re.M).group(1)
+    except (OSError, AttributeError):
+        return PACKAGE_VERSION
 
 
 def check_compatible(remote: tuple[int, int]) -> None:

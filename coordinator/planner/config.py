@@ -4,7 +4,7 @@ The SkipPipe rules (see shared/design/skippipe.md) map onto these switches:
 
 1. a path starts and ends at its own stage-0 node, stage 0 never re-entered  -- structural,
    always on: the Route format encodes it (hops[0] is the origin, the return is implicit);
-2. fixed path length ceil((1-k) * S)                                          -- always on;
+2. fixed path length ceil((1-k)*S - tol)                                       -- always on;
 3. no stage twice in a path                                                   -- always on;
 4. bounded reordering: `allow_swaps`, `max_swaps`, `max_swap_distance`, `max_total_swap_distance`;
 5. bounded jump above the frontier: `max_jump` (0 = unbounded);

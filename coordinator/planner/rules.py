@@ -6,13 +6,26 @@ from dataclasses import dataclass
 from coordinator.planner.config import PlannerConfig, PlanningError
 
 
-def path_length(num_stages: int, skip_ratio: float) -> int:
-    """Stages a microbatch visits, stage 0 included: ceil((1-k) * S).
+PATH_TOLERANCE = 0.01   # of S (at most half a stage): how far (1-k)*S may lie above a whole number and mean it
 
-    Rounded to 9 decimals first so that k = 1/3 with S = 6 gives 4, not 5."""
+
+def path_length(num_stages: int, skip_ratio: float) -> int:
+    """Stages a microbatch visits, stage 0 included: ceil((1-k)*S - min(0.01*S, 0.5)), in [1, S].
+
+    The paper's ceil((1-k)*S), made robust to how k is written: with S = 6, k = 1/3, 0.3333
+    and 0.33 all give 4 (0.33 gives 4.02, which plain ceil would turn into 5); k = 0.3 still
+    gives 5 (4.2). A k within 1% of S (at most half a stage) of a whole number of skipped
+    stages means that number; k = 0 is always the full pipeline."""
     if not 0.0 <= skip_ratio < 1.0:
         raise PlanningError(f"skip ratio k={skip_ratio} is outside [0, 1)")
-    return max(1, min(num_stages, math.ceil(round((1.0 - skip_ratio) * num_stages, 9))))
+    slack = min(PATH_TOLERANCE * num_stages, 0.5)
+    return max(1, min(num_stages, math.ceil(round((1.0 - skip_ratio) * num_stages - slack, 9))))
+
+
+def describe_path(num_stages: int, skip_ratio: float) -> str:
+    """What every command prints about k: the path length it uses."""
+    length = path_length(num_stages, skip_ratio)
+    return f"each microbatch visits {length} of {num_stages} stages (path length {length})"
 
 
 @dataclass(frozen=True)

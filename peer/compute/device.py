@@ -39,10 +39,20 @@ def parse_device(gpu: int | None, device: str) -> torch.device:
     try:
         dev = torch.device(device)
     except (RuntimeError, ValueError):
-        raise DeviceError(f"--device {device!r}: expected cpu, cuda or cuda:N") from None
+        raise DeviceError(f"--device {device!r}: expected cpu, cuda, cuda:N or mps") from None
+    if dev.type == "mps":   # Apple silicon: torch's Metal backend, where this torch build has it
+        if not mps_available():
+            raise DeviceError(f"--device {device!r}: torch reports no MPS device here (it needs macOS on Apple "
+                              "silicon and a torch build with MPS); use --device cpu")
+        return torch.device("mps")
     if dev.type not in ("cpu", "cuda"):
-        raise DeviceError(f"--device {device!r}: only cpu and cuda[:N] are supported")
+        raise DeviceError(f"--device {device!r}: only cpu, cuda[:N] and mps are supported")
     return torch.device("cuda", dev.index or 0) if dev.type == "cuda" else dev
+
+
+def mps_available() -> bool:
+    backend = getattr(torch.backends, "mps", None)
+    return bool(backend is not None and backend.is_available())
 
 
 def parse_vram(text: str) -> int:
@@ -102,7 +112,7 @@ def _probe_isolated(index: int, timeout_s: float = 120.0) -> dict:
 def check_device(dev: str | torch.device, max_vram: int = 0, isolated: bool = True) -> dict | None:
     """Validate `dev` (and --max-vram against it); the GPU's facts, None for the CPU."""
     dev = torch.device(dev)
-    if dev.type == "cpu":
+    if dev.type in ("cpu", "mps"):   # mps: unified memory, nothing to reserve or probe apart
         if max_vram:
             raise DeviceError("--max-vram caps GPU memory: use it with --gpu N")
         return None

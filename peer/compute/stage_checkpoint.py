@@ -183,6 +183,10 @@ def read_legacy(path: Path) -> dict:
     try:
         # weights_only: a checkpoint file is data, never code
         state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # junk bytes fail inside the unpickler in many ways (KeyError: 174812789, ...)
+        raise CheckpointError(f"{path} is not a stage checkpoint (torch cannot read it; it should be a file "
+                              f"that skippipe-peer --checkpoint-dir wrote)") from None
+    try:
         state["runner"]["module"], int(state["iteration"])
     except Exception as exc:
         raise CheckpointError(f"{path} is not a usable stage checkpoint: {type(exc).__name__}: {exc}") from None

@@ -3,6 +3,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from coordinator.local_swarm import benchmark_once
 from peer.benchmark_cli import main
 from peer.hardware import benchmark_layer
@@ -33,3 +35,29 @@ def test_bad_flags_and_models_exit_2_with_one_line(tmp_path):
 def test_the_launcher_reports_a_failed_benchmark_instead_of_failing():
     line = benchmark_once("no-such-model", 2, 16)
     assert "unknown model config" in line
+
+
+def test_a_cache_folder_that_cannot_be_written_is_one_line(tmp_path, capsys, caplog):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    with pytest.raises(SystemExit) as done:   # before torch is even imported for the measurement
+        main(["--cache-dir", str(blocker / "cache")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert done.value.code == 2 and len(err) == 1
+    assert f"--cache-dir {blocker / 'cache'} cannot be written (Not a directory)" in err[0]
+    # the measurement itself survives a cache it cannot write: a warning, not FileNotFoundError
+    bench = benchmark_layer("tiny", "cpu", reps=1, warmup=0, samples=2, seq_len=16, cache_dir=blocker / "cache")
+    assert bench.fwd_s_per_layer_sample > 0 and not bench.cached
+    assert "cannot cache the layer benchmark" in caplog.text
+
+
+def test_peer_refuses_an_unwritable_cache_or_checkpoint_folder(tmp_path, capsys):
+    from peer import cli as peer_cli
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    maddr = "/ip4/127.0.0.1/tcp/1/p2p/12D3KooWS4Lu25p9TxgZAhwHZLN4x3kUmptgqzJLyoiFP89cXYE4"
+    for flag in ("--cache-dir", "--checkpoint-dir"):
+        with pytest.raises(SystemExit) as done:
+            peer_cli.main(["--initial-peers", maddr, flag, str(blocker / "x")])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert done.value.code == 2 and len(err) == 1 and f"{flag} {blocker / 'x'} cannot be written" in err[0]

@@ -11,8 +11,9 @@ the rules below.
     peer/                 never coordinator
     peer/compute/         no hivemind, no asyncio, no networking; no peer.* outside peer.compute
     modelconfig/          stdlib only, nothing of ours (model architectures, shared by both sides)
-    opsweb/               stdlib only, nothing of ours (the HTTP server + Prometheus text that
-                          coordinator/ and peer/ share; asyncio allowed, unlike protocol/)
+    opsweb/               stdlib (+ uvloop, multiaddr) only, nothing of ours (what coordinator/ and
+                          peer/ share to run as services: the HTTP server + Prometheus text, clean
+                          stops and the event loop, multiaddr flags; asyncio allowed, unlike protocol/)
     tokendata/            stdlib + numpy + tokenizers + regex + pyarrow + protocol + itself (tokenizers,
                           token datasets and the sample cursor, shared by coordinator/ and peer/):
                           no torch, nothing else of ours; only tokendata.transfer (dataset files
@@ -134,8 +135,8 @@ def rule_problems(module: str, imp: Import) -> list[str]:
     if module == "opsweb" or module.startswith("opsweb."):
         if _ours(imp) and imp.top != "opsweb":
             bad("opsweb/ imports nothing of ours")
-        elif imp.top not in STDLIB and imp.top != "opsweb":
-            bad("opsweb/ depends on the standard library only")
+        elif imp.top not in STDLIB and imp.top not in ("opsweb", "uvloop", "multiaddr"):
+            bad("opsweb/ depends on the standard library, uvloop and multiaddr only")
     if module == "modelconfig" or module.startswith("modelconfig."):
         if imp.top not in STDLIB and imp.top != "modelconfig":
             bad("modelconfig/ depends on the standard library only (the coordinator reads it)")
@@ -230,6 +231,7 @@ VIOLATIONS = [
     ("peer.compute.runner", "from .... import x"),                        # beyond the top level
     ("opsweb.server", "from protocol import codec"),
     ("opsweb.server", "import aiohttp"),
+    ("opsweb.stopping", "import torch"),
     ("peer.compute.runner", "from opsweb import server"),                 # networking
     ("tokendata.shards", "import torch"),
     ("tokendata.build", "from peer.data import ByteTokenizer"),
@@ -254,6 +256,7 @@ ALLOWED = [
     ("coordinator.app", "import asyncio\nimport hivemind\nfrom coordinator.planner import plan"),
     ("peer.app", "import torch\nimport hivemind\nimport asyncio\nfrom protocol import codec"),
     ("opsweb.server", "import asyncio\nfrom urllib.parse import urlsplit\nfrom . import prom"),
+    ("opsweb.stopping", "import asyncio\nimport signal\nimport uvloop"),
     ("peer.compute.runner", "import torch\nimport threading\nfrom .model import Decoder\nfrom protocol.tensors import TensorPayload"),
     ("tokendata.build", "import numpy as np\nimport pyarrow.parquet as pq\nfrom tokenizers import Tokenizer\nfrom .manifest import X"),
 ]

@@ -98,3 +98,8 @@ def test_first_format_pt_checkpoints_still_load(tmp_path):
     fresh = StageRunner.from_spec(m.RunSpec(run="ev", model="tiny", num_stages=5, skip_ratio=0.5, seed=99), 1)
     assert CheckpointStore(tmp_path, "ev").load(fresh, 1) == 5
     assert torch.equal(fresh.parameter_vector(), runners[1].parameter_vector())
+
+def test_a_junk_pt_checkpoint_is_one_clear_line(tmp_path):
+    (tmp_path / "ev-stage0.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(EvalError, match=r"ev-stage0.pt is not a stage checkpoint \(torch cannot read it"):
+        load_stages(tmp_path, None)

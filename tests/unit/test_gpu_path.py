@@ -173,13 +173,13 @@ def test_reserve_refuses_a_budget_over_the_cap(monkeypatch):
 @pytest.mark.parametrize("argv, message", [
     (["--gpu", "0"], "CPU-only build"),
     (["--gpu", "-1"], "index is >= 0"),
-    (["--device", "tpu"], "expected cpu, cuda or cuda:N"),
-    (["--device", "mps"], "only cpu and cuda"),
+    (["--device", "tpu"], "expected cpu, cuda, cuda:N or mps"),
+    (["--device", "mps"], "torch reports no MPS device here"),
     (["--device", "cpu", "--max-vram", "4GB"], "use it with --gpu"),
 ])
 def test_cli_exits_2_with_one_line(monkeypatch, capsys, argv, message):
     monkeypatch.setattr(torch.version, "cuda", None)
-    assert cli.main([*argv, "--initial-peers", "/ip4/127.0.0.1/tcp/1/p2p/QmX"]) == 2
+    assert cli.main([*argv, "--initial-peers", "/ip4/127.0.0.1/tcp/1/p2p/12D3KooWS4Lu25p9TxgZAhwHZLN4x3kUmptgqzJLyoiFP89cXYE4"]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
 
@@ -187,8 +187,15 @@ def test_cli_exits_2_with_one_line(monkeypatch, capsys, argv, message):
 def test_cli_wire_choices_match_precision():
     assert cli.WIRE_CHOICES == precision.WIRE_CHOICES
     with pytest.raises(SystemExit) as exc:
-        cli.build_parser().parse_args(["--initial-peers", "x", "--max-vram", "lots"])
+        cli.build_parser().parse_args(["--initial-peers", "/ip4/127.0.0.1/tcp/1", "--max-vram", "lots"])
     assert exc.value.code == 2
+
+
+def test_mps_where_torch_reports_it(monkeypatch):
+    """macOS arm64: --device mps is taken where torch has MPS (refused above where it has not)."""
+    monkeypatch.setattr(devices, "mps_available", lambda: True)
+    assert devices.parse_device(None, "mps") == torch.device("mps")
+    assert devices.check_device("mps") is None   # nothing to probe or reserve apart from the CPU's memory
 
 
 @pytest.mark.gpu

@@ -1,20 +1,21 @@
-import argparse
+import re
 import json
 import subprocess
 import sys
 
 import pytest
 
-from coordinator.offline_cli import register
+from coordinator import cli as coordinator_cli
 from protocol.schedule import schedule_from_json
 from protocol.topology import load_topology
 
 
 def run(argv):
-    p = argparse.ArgumentParser()
-    register(p.add_subparsers())
-    args = p.parse_args(argv)
-    return args.func(args)
+    """The real `skippipe-coordinator` entry point; its exit code (argparse's too)."""
+    try:
+        return coordinator_cli.main(argv)
+    except SystemExit as exc:
+        return exc.code
 
 
 @pytest.fixture
@@ -52,6 +53,43 @@ def test_plan_simulate_round_trip_and_gantt(topo_file, tmp_path, capsys):
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 
+def test_gantt_title_gives_stdouts_steady_state_time_and_has_a_legend(topo_file, tmp_path, capsys):
+    import matplotlib
+    out, svg = tmp_path / "s.json", tmp_path / "g.svg"
+    assert run(["plan", "--topology", str(topo_file), "-o", str(out)]) == 0
+    capsys.readouterr()
+    with matplotlib.rc_context({"svg.fonttype": "none"}):   # text as <text>, to be read back
+        assert run(["simulate", str(out), "--topology", str(topo_file), "--gantt", str(svg)]) == 0
+    said = re.search(r"iteration (\d+\.\d\d) s", capsys.readouterr().out).group(1)
+    drawn = svg.read_text()
+    assert f"iteration {said} s (steady state)" in drawn
+    assert all(label in drawn for label in ("forward (colour = microbatch)", "backward", "head + loss"))
+
+
+def test_gantt_without_matplotlib_is_one_clear_line(topo_file, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "s.json"
+    assert run(["plan", "--topology", str(topo_file), "-o", str(out)]) == 0
+    capsys.readouterr()
+    monkeypatch.setitem(sys.modules, "matplotlib", None)   # import matplotlib -> ImportError
+    assert run(["simulate", str(out), "--topology", str(topo_file), "--gantt", str(tmp_path / "g.svg")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["skippipe-coordinator: error: --gantt needs matplotlib: pip install 'skippipe-swarm[plot]' "
+                   "(or pip install matplotlib)"]
+    assert not (tmp_path / "g.svg").exists()
+
+
+@pytest.mark.parametrize("skip,length", [("1/3", 4), ("0.3333", 4), ("0.33", 4), ("0.3", 5), ("0", 6)])
+def test_plan_prints_the_path_length_it_uses(tmp_path, capsys, skip, length):
+    topo = tmp_path / "t.json"
+    assert run(["topology", "--preset", "single", "--nodes", "6", "--stages", "6", "-o", str(topo)]) == 0
+    out = tmp_path / "s.json"
+    assert run(["plan", "--topology", str(topo), "--skip", skip, "-o", str(out)]) == 0
+    assert f"each microbatch visits {length} of 6 stages (path length {length})" in capsys.readouterr().out
+    assert {len(r.hops) for r in schedule_from_json(out.read_text()).routes} == {length}
+    assert run(["simulate", str(out), "--topology", str(topo)]) == 0
+    assert f"path length {length} of 6 stages" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("strategy", ["full", "random-skip"])
 def test_baselines_via_cli(topo_file, tmp_path, strategy):
     out = tmp_path / "s.json"
@@ -72,9 +110,16 @@ def test_errors_exit_2_with_one_line(topo_file, tmp_path, capsys):
         capsys.readouterr()
         assert run(argv) == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and err[0].startswith("skippipe-coordinator: error: ")
+        assert len(err) == 1 and re.match(r"skippipe-coordinator( plan)?: error: ", err[0]), err
+    # a topology `plan` cannot use is refused where it is made ...
     small = tmp_path / "small.json"
-    assert run(["topology", "--preset", "single", "--nodes", "3", "-o", str(small)]) == 0
+    assert run(["topology", "--preset", "single", "--nodes", "2", "--stages", "6", "-o", str(small)]) == 2
+    assert "--nodes 2 is fewer than --stages 6" in capsys.readouterr().err and not small.exists()
+    # ... and one from elsewhere where it is planned
+    import random
+    from coordinator.planner.presets import make_topology
+    from protocol.topology import topology_to_json
+    small.write_text(topology_to_json(make_topology("single", 3, random.Random(0), stages=6)))
     assert run(["plan", "--topology", str(small)]) == 2
     assert "3 nodes but 6 stages" in capsys.readouterr().err
 

@@ -49,7 +49,10 @@ def test_stage_zero_shares_carry_the_embedding_and_head_too():
 
 
 @pytest.mark.parametrize("stages,k,expected", [(6, 1 / 3, 4), (6, 0.0, 6), (6, 0.5, 3), (4, 0.25, 3),
-                                               (24, 0.25, 18), (3, 0.99, 1), (6, 2 / 3, 2)])
+                                               (24, 0.25, 18), (3, 0.99, 1), (6, 2 / 3, 2),
+                                               # however 1/3 is written, 4 of 6 (plain ceil gave 5 for 0.33)
+                                               (6, 0.3333, 4), (6, 0.33, 4), (3, 0.33, 2), (6, 0.3, 5),
+                                               (100, 0.0, 100), (100, 0.33, 67), (100, 1 / 3, 67)])
 def test_path_length_guards_float_error(stages, k, expected):
     assert path_length(stages, k) == expected
 

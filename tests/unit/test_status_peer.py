@@ -74,9 +74,22 @@ def test_metrics_and_status_before_start_up():
 
 def test_metrics_port_flag():
     from peer.cli import build_parser, config_from_args
-    base = ["--initial-peers", "/ip4/127.0.0.1/tcp/1/p2p/Qm"]
+    base = ["--initial-peers", "/ip4/127.0.0.1/tcp/1/p2p/12D3KooWS4Lu25p9TxgZAhwHZLN4x3kUmptgqzJLyoiFP89cXYE4"]
     assert config_from_args(build_parser().parse_args(base)).metrics_port is None
     cfg = config_from_args(build_parser().parse_args(base + ["--metrics-port", "9100", "--metrics-host", "0.0.0.0"]))
     assert (cfg.metrics_port, cfg.metrics_host) == (9100, "0.0.0.0")
     with pytest.raises(SystemExit):
         build_parser().parse_args(base + ["--metrics-port", "70000"])
+
+
+def test_a_waiting_peers_status_line_says_why():
+    from types import SimpleNamespace
+    from peer.pipeline.schedule_book import ScheduleBook
+    from peer.status import status_line
+    worker = SimpleNamespace(stage=None, history=[], iteration=0, inbox=[], runner=None, me="12D3KooWMe",
+                             isolation=SimpleNamespace(cut_off=False), book=ScheduleBook())
+    assert "stage=- waiting: no schedule yet iteration=0" in status_line(worker, worker.me, "ONLINE")
+    worker.book = SimpleNamespace(latest=SimpleNamespace(epoch=3, stage_of=lambda: {"12D3KooWOther": 0}))
+    assert "waiting: not in schedule epoch 3 yet" in status_line(worker, worker.me, "ONLINE")
+    worker.stage = 1
+    assert "waiting" not in status_line(worker, worker.me, "ONLINE")

@@ -11,7 +11,8 @@ from peer import cli as peer_cli
 from protocol.logsetup import setup_logging
 from protocol.settings import apply_settings
 
-MADDR = "/ip4/127.0.0.1/tcp/4000/p2p/QmPeer"
+MADDR = "/ip4/127.0.0.1/tcp/4000/p2p/12D3KooWS4Lu25p9TxgZAhwHZLN4x3kUmptgqzJLyoiFP89cXYE4"
+MADDR2 = MADDR.replace("127.0.0.1", "127.0.0.2")
 
 
 def peer_args(argv, env, tmp_path=None):
@@ -21,9 +22,9 @@ def peer_args(argv, env, tmp_path=None):
 
 
 def test_environment_fills_flags_and_required_ones():
-    args = peer_args([], {"SKIPPIPE_INITIAL_PEERS": f"{MADDR} {MADDR}2", "SKIPPIPE_STAGE": "2",
+    args = peer_args([], {"SKIPPIPE_INITIAL_PEERS": f"{MADDR} {MADDR2}", "SKIPPIPE_STAGE": "2",
                           "SKIPPIPE_NO_BENCHMARK": "true", "SKIPPIPE_METRICS_PORT": "off"})
-    assert args.initial_peers == [MADDR, MADDR + "2"] and args.stage == 2
+    assert args.initial_peers == [MADDR, MADDR2] and args.stage == 2
     assert args.no_benchmark is True and args.metrics_port is None
 
 
@@ -121,7 +122,7 @@ def reference_tables() -> str:
         out += [f"#### {name} (`[{section}]` table, `SKIPPIPE_{section.upper()}_*`)", "",
                 "| flag | environment | config key | default | meaning |", "|---|---|---|---|---|"]
         for a in parser._actions:
-            if not a.option_strings or a.dest == "help":
+            if not a.option_strings or a.dest in ("help", "version"):
                 continue
             flag = max(a.option_strings, key=len)
             env = "SKIPPIPE_CONFIG" if a.dest == "config" else f"SKIPPIPE_{a.dest.upper()}"
