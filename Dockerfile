@@ -30,6 +30,8 @@ COPY protocol ./protocol
 COPY opsweb ./opsweb
 COPY coordinator ./coordinator
 COPY peer ./peer
+COPY modelconfig ./modelconfig
+COPY tokendata ./tokendata
 RUN pip install --no-deps .
 
 USER peer

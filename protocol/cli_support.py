@@ -38,25 +38,7 @@ def positive_int(text: str) -> int:
     return value
 
 
-# The model presets of peer/compute/model.py's CONFIGS (a unit test keeps the two equal),
-# named here so that the torch-free coordinator can refuse an unknown --model at once.
-MODEL_PRESETS = ("tiny", "small", "500m", "1.5b")
 DEFAULT_SKIP = "1/3"   # the paper's k; the coordinator, skippipe-swarm and `plan` all default to it
-
-
-def validate_model_name(text: str) -> str:
-    """The one check of a --model value (extend it here for new kinds of model, e.g. a
-    path to a config file); raises ValueError with the message to show."""
-    if text not in MODEL_PRESETS:
-        raise ValueError(f"unknown model {text!r}; known: {', '.join(MODEL_PRESETS)}")
-    return text
-
-
-def model_name(text: str) -> str:
-    try:
-        return validate_model_name(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def run_name(text: str) -> str:

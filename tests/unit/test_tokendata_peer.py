@@ -61,6 +61,6 @@ def test_damaged_dataset_refused_at_startup_and_on_the_command_line(folders, tmp
     shard.unlink()
     for path, message in ((bad, "train_000001.bin: shard missing"), (tmp_path / "nope", "nope: no such file")):
         with pytest.raises(SystemExit) as exc:
-            peer_main(["--initial-peers", "/ip4/127.0.0.1/tcp/1/p2p/x", "--data", str(path)])
+            peer_main(["--initial-peers", "/ip4/127.0.0.1/tcp/1/p2p/12D3KooWJwh1JuJLHbe5ZVJA7UBHriuPrxuNEpzUQDexmddJiTXj", "--data", str(path)])
         err = capsys.readouterr().err
         assert exc.value.code == 2 and message in err and err.count("\n") == 1, err
