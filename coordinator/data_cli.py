@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -34,6 +35,13 @@ def _vocab(text: str) -> int:
     if not 257 <= value <= 1 << 32:
         raise argparse.ArgumentTypeError(f"must be in [257, 2^32] (256 bytes + <|endoftext|>), got {value}")
     return value
+
+
+def _terminate_as_interrupt() -> None:
+    """SIGTERM cleans up like Ctrl-C: the half-written temporary folder is removed."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, handler)
 
 
 def cmd_tokenizer(args) -> int:
@@ -73,6 +81,7 @@ def cmd_data(args) -> int:
     from tokendata.tokenizer import TokenizerError, load_tokenizer
     start = time.monotonic()
     report = Progress("data: tokenizing")
+    _terminate_as_interrupt()
     try:
         tok = load_tokenizer(args.tokenizer)
         report.label = f"data: tokenizing with {tok.name}"

@@ -53,7 +53,7 @@ def build_dataset(inputs: Iterable[str | Path], tokenizer: Tokenizer, out_dir: s
     try:
         manifest = _build_into(files, tokenizer, tmp, shard_tokens, val_fraction, val_tokens,
                                val_block, workers, progress)
-        (tmp / MANIFEST).write_text(manifest.to_json())
+        _write_synced(tmp / MANIFEST, manifest.to_json())
         os.chmod(tmp, 0o755)          # mkdtemp's 0700 would hide a shared dataset from others
         if out.exists():
             out.rmdir()
@@ -62,6 +62,13 @@ def build_dataset(inputs: Iterable[str | Path], tokenizer: Tokenizer, out_dir: s
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return manifest
+
+
+def _write_synced(path: Path, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _build_into(files: list[Path], tokenizer: Tokenizer, tmp: Path, shard_tokens: int,

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 from fractions import Fraction
 from pathlib import Path
 
@@ -52,6 +53,8 @@ class ShardWriter:
         self._hash, self._count = hashlib.sha256(), 0
 
     def _close(self) -> None:
+        self._file.flush()
+        os.fsync(self._file.fileno())      # on disk before the folder is renamed into place
         self._file.close()
         self.shards.append(ShardInfo(Path(self._file.name).name, self._count, self._hash.hexdigest()))
         self._file = None

@@ -96,3 +96,15 @@ def test_padded_vocab_size():
     assert padded_vocab_size(4097) == 4160 and padded_vocab_size(1, 8) == 8
     with pytest.raises(ValueError):
         padded_vocab_size(0)
+
+
+@pytest.mark.parametrize("spec", ["byte", "bpe"])
+def test_autotokenizer_loads_the_saved_folder_with_the_same_ids(tmp_path, spec):
+    from transformers import AutoTokenizer
+    tok = load_tokenizer(spec)
+    tok.save_hf(tmp_path / "hf", model_max_length=256)
+    hf = AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    assert hf.eos_token_id == tok.eos_id and hf.model_max_length == 256
+    for text in TEXTS:                 # including literal "<|endoftext|>": text, not EOS
+        assert hf(text, add_special_tokens=False)["input_ids"] == tok.encode(text), text
+        assert hf.decode(tok.encode(text)) == text
