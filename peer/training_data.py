@@ -14,7 +14,7 @@ import numpy as np
 
 from protocol.messages import RunSpec
 
-from peer.data import DEFAULT_HELD_OUT, load_corpus
+from peer.data import DEFAULT_HELD_OUT, CorpusError, load_corpus
 from peer.samples import SampleSource
 
 logger = logging.getLogger(__name__)
@@ -35,7 +35,13 @@ def corpus_samples(spec: RunSpec, path: Path | None) -> SampleSource:
         raise DataMismatch(f"run {spec.run!r} trains on dataset {spec.dataset_id}; --data {path} is not a "
                            f"dataset folder (make one with `skippipe-coordinator data`, or leave --data out "
                            f"to download the run's)")
-    text = load_corpus(path)
+    if is_dataset_folder(path):
+        raise DataMismatch(f"--data {path} is a dataset folder, but run {spec.run!r} trains on the embedded "
+                           f"corpus (its coordinator has no --data); leave --data out")
+    try:
+        text = load_corpus(path)
+    except CorpusError as exc:
+        raise DataMismatch(str(exc)) from None
     if spec.tokenizer == "byte":
         tokens = np.frombuffer(text, dtype=np.uint8)
     else:

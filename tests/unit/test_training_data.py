@@ -57,3 +57,8 @@ def test_the_embedded_corpus_with_the_run_s_tokenizer():
         corpus_samples(dataclasses.replace(bpe_spec, tokenizer_hash="0" * 64), None)
     with pytest.raises(DataMismatch, match="not a dataset folder"):
         corpus_samples(dataclasses.replace(SPEC, dataset_id="0123456789abcdef"), None)
+
+
+def test_a_dataset_folder_for_a_corpus_run_is_refused(dataset):
+    with pytest.raises(DataMismatch, match="trains on the embedded corpus"):
+        corpus_samples(SPEC, dataset[0])
