@@ -21,6 +21,7 @@ from tokendata.transfer import DataServer
 
 from coordinator.config import CoordinatorConfig
 from coordinator.data_ledger import DataLedger
+from coordinator.data_resume import saved_cursor
 from coordinator.data_setup import RunData, resolve_run_data, servable_files
 from coordinator.dht_io import CoordinatorRecords, record_validators
 from coordinator.planner import PlanConfig, PlanningError, plan
@@ -105,6 +106,7 @@ class CoordinatorApp:
         self.status = StatusView(self)
         self.http: StatusServer | None = None
         self.ledger = DataLedger(self.spec.microbatch_samples)   # lost samples go to the next epoch
+        self.resumed = None                 # coordinator.data_resume.SavedCursor of a checkpointed run
 
     @property
     def maddrs(self) -> list[str]:
@@ -141,6 +143,10 @@ class CoordinatorApp:
         if previous is not None and previous.run == cfg.run:
             self._adopt(previous)
             logger.info("continuing from stored schedule epoch %d", previous.epoch)
+        elif cfg.checkpoint_dir:
+            self.resumed = saved_cursor(cfg.checkpoint_dir, cfg.run, self.spec.dataset_id)
+            if self.resumed is not None:
+                self.ledger.resumed = (self.resumed.base, self.resumed.retry)
         logger.info("run %r is up. Peers join with:\n  skippipe-peer --run %s --initial-peers %s",
                     cfg.run, cfg.run, " ".join(self.maddrs))
         await self._start_status_page()
@@ -275,7 +281,7 @@ class CoordinatorApp:
 
     def _next_start_iteration(self) -> int:
         if self.schedule is None and not self.progress.reports and not self.summaries:
-            return 0
+            return self.resumed.iteration if self.resumed else 0
         latest = max(self.progress.latest_reported(), self.summaries[-1].iteration if self.summaries else -1)
         since = time.time() - self.summaries[-1].finished_at if self.summaries else 0.0
         return switch_iteration(latest, [s.duration_s for s in self.summaries[-5:]], since, SWITCH_MARGIN_S)

@@ -43,6 +43,7 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"skip ratio k in [0, 1), e.g. 0.33 or 1/3; 0 is the full pipeline (default: {DEFAULT_SKIP})")
     p.add_argument("--strategy", choices=["skippipe", "full", "random-skip"], default="skippipe")
     add_data_arguments(p)
+    add_resume_argument(p)
     p.add_argument("--seed", type=int, default=0, help="seed for model init, data and planning")
     p.add_argument("--steps", type=int, default=0, help="iterations to train; 0 = until stopped")
     p.add_argument("--microbatch-samples", type=positive_int, default=4)
@@ -66,6 +67,12 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     add_logging_flags(p, "INFO")
     add_config_flag(p)
     p.set_defaults(func=run_command)
+
+
+def add_resume_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--checkpoint-dir", default="", metavar="DIR",
+                   help="the peers' checkpoint folder, where this machine sees it: a coordinator that starts with no "
+                        "schedule left in the DHT continues the sample cursor of the newest stage-0 checkpoint")
 
 
 def add_data_arguments(p: argparse.ArgumentParser) -> None:
@@ -96,7 +103,7 @@ def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
         host_maddrs=tuple(args.host_maddrs), announce_maddrs=tuple(args.announce_maddrs),
         initial_peers=tuple(args.initial_peers), min_peers=args.min_peers, status_port=args.status_port,
         status_host=args.status_host, maddrs_file=args.maddrs_file,
-        join_key_path=args.join_key, data_dir=args.data, tokenizer=args.tokenizer,
+        join_key_path=args.join_key, data_dir=args.data, tokenizer=args.tokenizer, checkpoint_dir=args.checkpoint_dir,
     )
 
 

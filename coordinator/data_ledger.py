@@ -16,6 +16,7 @@ class DataLedger:
         self.pending: list[int] = []        # lost positions no published schedule carries yet
         self.lost_total = 0                 # samples lost so far (all later retried)
         self.lost_positions: set[int] = set()   # every position ever lost (owed until trained)
+        self.resumed: tuple[int, tuple[int, ...]] | None = None   # (base, retry) from a checkpoint
 
     def lost(self, schedule: Schedule | None, iteration: int, microbatch_ids) -> list[int]:
         """Note the lost microbatches of `iteration`, trained under `schedule`."""
@@ -33,7 +34,7 @@ class DataLedger:
     def fields_for(self, previous: Schedule | None, start_iteration: int) -> dict:
         """`data_base` and `data_retry` of a schedule taking over at `start_iteration`."""
         if previous is None:
-            base, left = 0, ()
+            base, left = self.resumed or (0, ())
         else:
             base, left = schedule_cursor(previous, self.microbatch_samples).at(start_iteration)
         retry = list(left) + [p for p in self.pending if p not in left]

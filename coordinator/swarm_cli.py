@@ -230,6 +230,7 @@ async def run_swarm(args, stop: asyncio.Event | None = None) -> int:
         host_maddrs=("/ip4/127.0.0.1/tcp/0",), min_peers=args.peers,
         join_key_path=str(args.join_key) if args.join_key else "", status_port=args.status_port,
         data_dir=args.data, tokenizer=args.tokenizer,
+        checkpoint_dir=str(args.checkpoint_dir) if args.checkpoint_dir else "",
         overheads=LOCAL_SWARM_OVERHEADS)   # every peer on this one machine: its measured fixed costs
     printer = ProgressPrinter(args.steps, args.stages)
     app = CoordinatorApp(config, on_iteration=printer, run_data=args.run_data, stop=stop)

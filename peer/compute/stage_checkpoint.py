@@ -80,8 +80,11 @@ def config_json(config: ModelConfig) -> str:
     return json.dumps({"name": config.name, **to_hf_dict(config)}, sort_keys=True)
 
 
+DATA_CURSOR = "data_cursor.json"    # stage 0 only: where the sample cursor stands (tokendata/cursor.py)
+
+
 def write_version(directory: Path, run: str, config: ModelConfig, state: dict, iteration: int,
-                  tokenizer: tuple[str, str] = ("byte", "")) -> Path | None:
+                  tokenizer: tuple[str, str] = ("byte", ""), data_cursor: dict | None = None) -> Path | None:
     """Write a runner state (StageRunner.state_dict(): a snapshot) as version `iteration`.
 
     Returns the version folder, or None when a replica had already written that version.
@@ -98,7 +101,11 @@ def write_version(directory: Path, run: str, config: ModelConfig, state: dict, i
             "model_config": config_json(config), "tokenizer": tokenizer[0], "tokenizer_hash": tokenizer[1]}
     save_file(tensors, str(tmp / WEIGHTS), metadata=meta)
     torch.save(state["optimizer"], tmp / OPTIMIZER)
-    for name in (WEIGHTS, OPTIMIZER):          # the rename must not land before the data does
+    names = [WEIGHTS, OPTIMIZER]
+    if data_cursor is not None:   # read by a restarted coordinator (coordinator/data_resume.py)
+        (tmp / DATA_CURSOR).write_text(json.dumps(data_cursor))
+        names.append(DATA_CURSOR)
+    for name in names:                         # the rename must not land before the data does
         with open(tmp / name, "rb") as f:
             os.fsync(f.fileno())
     try:

@@ -39,14 +39,15 @@ class CheckpointStore:
 
     # ---- saving ----
 
-    def snapshot(self, runner: StageRunner, stage: int, iteration: int) -> None:
-        """Copy the runner's state now (compute thread) and hand it to the writer thread."""
+    def snapshot(self, runner: StageRunner, stage: int, iteration: int, data_cursor: dict | None = None) -> None:
+        """Copy the runner's state now (compute thread) and hand it to the writer thread;
+        `data_cursor` (stage 0): the sample cursor after `iteration`, saved next to it."""
         state = runner.state_dict()            # a deep copy: training goes on meanwhile
         with self._cond:
             if self._next is not None:
                 logger.info("checkpoint of iteration %d skipped: the disk is slower than training",
                             self._next[2])
-            self._next = (runner.config, state, iteration)
+            self._next = (runner.config, state, iteration, data_cursor)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._writer, name="checkpoint-writer", daemon=True)
                 self._thread.start()
@@ -66,10 +67,11 @@ class CheckpointStore:
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self._next is not None)
-                config, state, iteration = self._next
+                config, state, iteration, data_cursor = self._next
                 self._next, self._busy = None, True
             try:
-                path = sc.write_version(self.directory, self.run, config, state, iteration, self.tokenizer)
+                path = sc.write_version(self.directory, self.run, config, state, iteration, self.tokenizer,
+                                        data_cursor)
                 sc.prune(self.directory, self.run, state["stage"], self.keep_last)
                 if path is not None:
                     self.written.append(path)

@@ -40,7 +40,7 @@ from peer.routing.health import Health
 from peer.transport.base import TransportError
 from peer.transport.rpc import RemoteError, RpcClient
 
-from tokendata.cursor import microbatch_positions
+from tokendata.cursor import microbatch_positions, schedule_cursor
 
 logger = logging.getLogger(__name__)
 RETRYABLE = {ErrorCode.OVERLOADED, ErrorCode.STALE_SCHEDULE}
@@ -134,7 +134,8 @@ class PipelineWorker:
                 self.history.append(outcome)
                 if self.checkpoints is not None and self.checkpoints.due(self.iteration, self.spec.max_steps):
                     # only the snapshot is on the compute thread; a writer thread does the disk
-                    await self.compute(self.checkpoints.snapshot, self.runner, self.stage, self.iteration)
+                    await self.compute(self.checkpoints.snapshot, self.runner, self.stage, self.iteration,
+                                       self._data_cursor_after(schedule, self.iteration))
                 if self.on_iteration is not None:
                     await self.on_iteration(outcome)
                 self.iteration += 1
@@ -147,6 +148,13 @@ class PipelineWorker:
             self.deliveries.cancel()
             self.finished.set()
             self.executor.shutdown(wait=False, cancel_futures=True)
+
+    def _data_cursor_after(self, schedule: Schedule, i: int) -> dict | None:
+        """Stage 0's checkpoints carry where the sample cursor stands after iteration i."""
+        if not self.runner.is_origin:
+            return None
+        base, retry = schedule_cursor(schedule, self.spec.microbatch_samples).at(i + 1)
+        return {"iteration": i + 1, "base": base, "retry": list(retry), "dataset_id": self.spec.dataset_id}
 
     async def _schedule_with_me(self) -> Schedule:
         """The schedule for the current iteration, waiting until one includes this peer."""
