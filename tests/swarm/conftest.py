@@ -18,22 +18,15 @@ os.environ["SKIPPIPE_TEST_SESSION"] = str(os.getpid())   # inherited by peers, D
 
 def pytest_collection_modifyitems(items):
     """Everything under tests/swarm is a multi-process (or real-P2P) test: `slow`, whether or not
-    its module says so, so that `-m "not slow"` is the fast loop it claims to be. A test that uses
-    a module's shared swarm (a module- or session-scoped fixture) goes in that module's
-    xdist_group: under `-n 2 --dist loadgroup` the module's tests then share one swarm on one
-    worker, while other tests spread over both."""
+    its module says so, so that `-m "not slow"` is the fast loop it claims to be. And all of it is
+    one xdist_group: under `-n 2 --dist loadgroup` the swarm tests run one after another on one
+    worker (two swarms at once on 2 cores starve each other into timeouts; modules' shared swarms
+    stay on one worker), while the unit and integration tests run on the other."""
     here = Path(__file__).parent
     for item in items:
-        if here not in Path(str(item.fspath)).parents:
-            continue
-        item.add_marker(pytest.mark.slow)
-        defs = getattr(item, "_fixtureinfo", None)
-        shared = [name for name, fixturedefs in (defs.name2fixturedefs.items() if defs else ())
-                  if name != "no_leftover_processes_per_module"
-                  and any(d.scope in ("module", "package", "session") and d.baseid.startswith("tests")
-                          for d in fixturedefs)]   # ours: pytest's own (tmp_path_factory) are cheap
-        if shared:
-            item.add_marker(pytest.mark.xdist_group(Path(str(item.fspath)).stem))
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.xdist_group("swarm"))
 
 
 def _ours(pid: int) -> bool:
