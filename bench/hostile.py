@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.swarm.harness import coordinator, peers, wait_for  # noqa: E402
-from tests.swarm.test_soak_hostile import start_rogue, stop_rogue  # noqa: E402
+from tests.swarm.soak import start_rogue, stop_rogue  # noqa: E402
 
 
 def peak_rss_mb(pid: int) -> float:

@@ -4,6 +4,8 @@ import contextlib
 import dataclasses
 import time
 
+from protocol.topology import Links
+
 from coordinator.app import CoordinatorApp
 from coordinator.config import CoordinatorConfig
 from coordinator.local_swarm import start_peer, stop_processes
@@ -51,3 +53,16 @@ async def wait_for(predicate, timeout: float, what: str, interval: float = 0.25)
             return value
         await asyncio.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def planned_with(slow: set[str]):
+    """A coordinator's adjust_topology: 1 ms links and equal compute except `slow` peers (3x), so
+    the plan does not hang on what a loaded machine happened to measure."""
+    def adjust(topology):
+        n = len(topology.nodes)
+        nodes = tuple(dataclasses.replace(node, fwd_s_per_layer_sample=0.003 if node.id in slow else 0.001)
+                      for node in topology.nodes)
+        lat = tuple(tuple(0.0 if i == j else 1.0 for j in range(n)) for i in range(n))
+        bw = tuple(tuple(0.0 if i == j else 1.0 for j in range(n)) for i in range(n))
+        return dataclasses.replace(topology, nodes=nodes, links=Links(lat, bw))
+    return adjust

@@ -15,9 +15,8 @@ ITERATION = re.compile(r"^iteration (\d+): loss ([\d.]+|nan).*completed=(\d+) re
                        r"skipped_stage=(\d+) reissued=(\d+) lost=(\d+)", re.M)
 
 
-@pytest.fixture
-def make_hosts():
-    """make_hosts(n) -> Hosts; all of them are torn down after the test, pass or fail."""
+def _hosts_factory():
+    """make(n) -> Hosts; all of them are torn down after the fixture's scope, pass or fail."""
     reason = unavailable_reason()
     if reason:
         pytest.skip(reason)
@@ -28,9 +27,23 @@ def make_hosts():
         made.append(hosts)
         hosts.create()
         return hosts
-    yield make
-    for hosts in made:
-        hosts.close()
+    try:
+        yield make
+    finally:
+        for hosts in made:
+            hosts.close()
+
+
+@pytest.fixture
+def make_hosts():
+    """make_hosts(n) -> Hosts, for one test."""
+    yield from _hosts_factory()
+
+
+@pytest.fixture(scope="module")
+def make_module_hosts():
+    """make_module_hosts(n) -> Hosts, for a swarm that a module's tests share."""
+    yield from _hosts_factory()
 
 
 def start_coordinator(hosts: Hosts, i: int, tmp_path: Path, *extra: str) -> Path:

@@ -1,7 +1,9 @@
 """Churn over real processes and real P2P (issue 5): kill -9 mid-forward, mid-backward and
-between iterations, a stalled peer, a late joiner, and a coordinator restart. Each asserts that
-training continues, every microbatch is accounted for exactly once, and the loss goes down."""
+between iterations, a stalled peer, a late joiner, and a coordinator restart (the last two on one
+swarm). Each asserts that training continues, every microbatch is accounted for exactly once, and
+the loss goes down."""
 import asyncio
+import contextlib
 import json
 import subprocess
 import sys
@@ -75,55 +77,43 @@ def test_a_stalled_peer_slows_but_does_not_break_training(tmp_path):
     assert summary["last_loss"] < summary["first_loss"]
 
 
-def test_a_peer_joining_mid_run_gets_the_stage_state(tmp_path):
+def test_a_late_joiner_gets_the_stage_state_then_a_restarted_coordinator_continues(tmp_path):
+    """Two checks on one swarm, one after the other (its start-up costs more than either): a peer
+    joining mid-run gets its stage's state; then the coordinator restarts and continues from the
+    stored epoch, with the peers (the joiner among them) going on meanwhile."""
     async def scenario():
-        # max_steps leaves room: the re-plan starts a few seconds of iterations after the joiner
-        # appears, and a slow start-up on a loaded machine must not run past the end of the run
-        async with coordinator(num_stages=2, skip_ratio=0.0, min_peers=3, max_steps=1000) as app:
-            with peers(app, tmp_path, 3, stages=[0, 1, 1]):
-                await wait_for(lambda: len(app.summaries) >= 3, 180, "3 iterations")
-                epoch = app.schedule.epoch
-                with peers(app, tmp_path / "late", 1, stages=[1]):
-                    await wait_for(lambda: app.schedule.epoch > epoch and len(app.schedule.stage_of()) == 4,
-                                   60, "a re-plan that includes the joiner")
-                    start = app.schedule.start_iteration
-                    await wait_for(lambda: app.summaries and app.summaries[-1].iteration >= start + 3, 180,
-                                   "iterations with the joiner")
-                    log = (tmp_path / "late" / "peer0.log").read_text()
-                    assert "joined stage 1 with the state of replica" in log, log[-3000:]
-                    return app.summaries
-    (tmp_path / "late").mkdir()
-    summaries = asyncio.run(scenario())
-    assert all(s.lost == 0 for s in summaries)
-    assert summaries[-1].loss < summaries[0].loss
-
-
-def test_coordinator_restart_continues_from_the_stored_epoch(tmp_path):
-    async def scenario():
-        async with coordinator(num_stages=2, skip_ratio=0.0, min_peers=2, max_steps=1000) as first:
-            procs_ctx = peers(first, tmp_path, 2, stages=[0, 1])
-            procs = procs_ctx.__enter__()
-            try:
-                await wait_for(lambda: len(first.summaries) >= 2, 180, "2 iterations")
+        with contextlib.ExitStack() as procs:
+            # max_steps leaves room: the re-plan starts a few seconds of iterations after the joiner
+            # appears, and a slow start-up on a loaded machine must not run past the end of the run
+            async with coordinator(num_stages=2, skip_ratio=0.0, min_peers=3, max_steps=1000) as first:
+                procs.enter_context(peers(first, tmp_path, 3, stages=[0, 1, 1]))
+                await wait_for(lambda: len(first.summaries) >= 3, 180, "3 iterations")
+                epoch = first.schedule.epoch
+                procs.enter_context(peers(first, tmp_path / "late", 1, stages=[1]))
+                await wait_for(lambda: first.schedule.epoch > epoch and len(first.schedule.stage_of()) == 4,
+                               60, "a re-plan that includes the joiner")
+                start = first.schedule.start_iteration
+                await wait_for(lambda: first.summaries and first.summaries[-1].iteration >= start + 3, 180,
+                               "iterations with the joiner")
+                log = (tmp_path / "late" / "peer0.log").read_text()
+                assert "joined stage 1 with the state of replica" in log, log[-3000:]
+                joined = list(first.summaries)
                 adverts = await first.records.get_adverts()
                 maddrs = [a for adv in adverts.values() for a in adv.maddrs if "127.0.0.1" in a]
                 old_epoch, last_seen = first.schedule.epoch, first.summaries[-1].iteration
-            except BaseException:
-                procs_ctx.__exit__(None, None, None)
-                raise
-        # the coordinator is gone; the peers go on with the schedule they have
-        try:
-            async with coordinator(num_stages=2, skip_ratio=0.0, min_peers=2, max_steps=1000,
+            # the coordinator is gone; the peers go on with the schedule they have
+            async with coordinator(num_stages=2, skip_ratio=0.0, min_peers=3, max_steps=1000,
                                    initial_peers=tuple(maddrs[:1])) as second:
                 await wait_for(lambda: second.schedule is not None, 30, "the stored schedule")
                 assert second.schedules[0].epoch == old_epoch       # picked up, not started over
                 await wait_for(lambda: second.summaries and second.summaries[-1].iteration > last_seen + 2,
                                180, "iterations after the restart")
                 assert second.schedule.epoch >= old_epoch
-                return last_seen, second.summaries
-        finally:
-            procs_ctx.__exit__(None, None, None)
-    last_seen, after = asyncio.run(scenario())
+                return joined, last_seen, list(second.summaries)
+    (tmp_path / "late").mkdir()
+    joined, last_seen, after = asyncio.run(scenario())
+    assert all(s.lost == 0 for s in joined)
+    assert joined[-1].loss < joined[0].loss
     # the peers did not start over: one consecutive run of iterations, on past the restart
     assert [s.iteration for s in after] == list(range(after[0].iteration, after[0].iteration + len(after)))
     assert after[-1].iteration > last_seen + 2

@@ -1,4 +1,5 @@
-"""Join, announce, expire and leave over a real DHT; stage assignment by the coordinator."""
+"""Join, announce, expire and leave over a real DHT (the coordinator's stage assignment to auto
+peers: tests/swarm/test_shared_swarm.py)."""
 import asyncio
 import os
 import signal
@@ -34,16 +35,3 @@ async def _online(app, n, exact=False):
 async def _has_state(app, state):
     return any(a.state == state for a in (await app.records.get_adverts()).values())
 
-
-def test_auto_peers_get_every_stage_and_train(tmp_path):
-    async def scenario():
-        async with coordinator(min_peers=4, num_stages=3, skip_ratio=0.0, max_steps=0) as app:
-            with peers(app, tmp_path, 4):
-                await wait_for(lambda: len(app.summaries) >= 3, 150, "three iterations")
-                stages = app.schedule.stage_of()
-                assert sorted(set(stages.values())) == [0, 1, 2] and len(stages) == 4
-                # peers re-announce the stage they were given
-                adverts = await app.records.get_adverts()
-                assert all(adverts[p].stage == s for p, s in stages.items())
-                assert all(s.lost == 0 for s in app.summaries)
-    asyncio.run(scenario())

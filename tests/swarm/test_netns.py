@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.swarm.netns import (iterations, links, make_hosts, start_coordinator, start_peer, status, wait_iterations,
-                               wait_maddrs)
+from tests.swarm.netns import (iterations, links, make_hosts, make_module_hosts, start_coordinator, start_peer, status,
+                               wait_iterations, wait_maddrs)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
-__all__ = ["make_hosts"]   # the fixture, imported so pytest sees it here
+__all__ = ["make_hosts", "make_module_hosts"]   # the fixtures, imported so pytest sees them here
 STATUS_PORT = 8321         # inside the coordinator's namespace: no clash with anything outside
 
 
@@ -81,33 +81,6 @@ def test_a_partitioned_middle_peer_is_routed_around_and_rejoins(make_hosts, tmp_
     assert "abandoning iteration" in cut_log.read_text()      # it trained nothing on its own
 
 
-@pytest.mark.xfail(strict=False, reason="timing on a shared 2-core box: the best of two 1 MiB probes reads within 25% of the cap when the machine is quiet (passes then), 30-45% under heavy load")
-def test_measured_bandwidth_matches_a_tbf_cap(make_hosts, tmp_path):
-    hosts = make_hosts(4)
-    hosts.cap(2, rate="40mbit")                  # both directions of the stage-1 peer's link
-    cap = 40e6 / 8
-    maddrs = wait_maddrs(start_coordinator(hosts, 0, tmp_path, "--stages", "3", "--min-peers", "3",
-                                           "--steps", "0"))
-    ids = {}
-    for i, stage in ((1, 0), (2, 1), (3, 2)):
-        start_peer(hosts, i, tmp_path, maddrs, stage)
-    for i in (1, 2, 3):
-        ids[i] = peer_id(tmp_path / f"peer{i}.log")
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        seen = links(hosts, 0, "t", maddrs)
-        capped = [bw for r, m in seen.items() for p, bw in m.items() if ids[2] in (r, p)]
-        free = [bw for r, m in seen.items() for p, bw in m.items() if ids[2] not in (r, p)]
-        if len(capped) >= 2 and free:
-            break
-        time.sleep(3)
-    else:
-        raise AssertionError(f"no link records for the capped peer: {seen}")
-    for bw in capped:
-        assert abs(bw - cap) / cap < 0.25, (bw, cap, seen)
-    assert min(free) > 2 * cap, (free, cap)      # the uncapped link really is faster
-
-
 def schedule_hops(hosts, i: int, maddrs: list[str]) -> dict:
     """{peer: hops on the published routes}, read from host i (bench/netns_probe.py)."""
     probe = Path(__file__).resolve().parents[2] / "bench" / "netns_probe.py"
@@ -117,10 +90,12 @@ def schedule_hops(hosts, i: int, maddrs: list[str]) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def test_the_planner_routes_around_a_capped_link(make_hosts, tmp_path):
-    # two stage-1 replicas, one behind a 40 mbit tbf cap: with equal compute the planner would
-    # split the 4 microbatches between them; with the measured links it avoids the capped one
-    hosts = make_hosts(5)
+@pytest.fixture(scope="module")
+def capped_swarm(make_module_hosts, tmp_path_factory):
+    """Two stage-1 replicas, one behind a 40 mbit tbf cap (both directions of its link); shared
+    by the routing test and the bandwidth measurement (a swarm across namespaces is slow to start)."""
+    tmp_path = tmp_path_factory.mktemp("capped")
+    hosts = make_module_hosts(5)                # coordinator + stages 0, 1 (free), 1 (capped), 2
     hosts.cap(3, rate="40mbit")
     maddrs = wait_maddrs(start_coordinator(hosts, 0, tmp_path, "--stages", "3", "--min-peers", "4",
                                            "--steps", "100000", "--microbatches", "4"))
@@ -135,5 +110,31 @@ def test_the_planner_routes_around_a_capped_link(make_hosts, tmp_path):
     start_peer(hosts, 4, tmp_path, maddrs, 2)
     free = peer_id(tmp_path / "peer2.log")
     wait_iterations(tmp_path / "coordinator.log", 2, 180)
+    return hosts, maddrs, capped, free
+
+
+def test_the_planner_routes_around_a_capped_link(capped_swarm):
+    # with equal compute the planner would split the 4 microbatches between the two stage-1
+    # replicas; with the measured links it avoids the capped one
+    hosts, maddrs, capped, free = capped_swarm
     hops = schedule_hops(hosts, 0, maddrs)["hops"]
     assert hops.get(free, 0) == 4 and hops.get(capped, 0) == 0, hops
+
+
+@pytest.mark.xfail(strict=False, reason="timing on a shared 2-core box: the best of two 1 MiB probes reads within 25% of the cap when the machine is quiet (passes then), 30-45% under heavy load")
+def test_measured_bandwidth_matches_a_tbf_cap(capped_swarm):
+    hosts, maddrs, capped_peer, _ = capped_swarm
+    cap = 40e6 / 8
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        seen = links(hosts, 0, "t", maddrs)
+        capped = [bw for r, m in seen.items() for p, bw in m.items() if capped_peer in (r, p)]
+        free = [bw for r, m in seen.items() for p, bw in m.items() if capped_peer not in (r, p)]
+        if len(capped) >= 2 and free:
+            break
+        time.sleep(3)
+    else:
+        raise AssertionError(f"no link records for the capped peer: {seen}")
+    for bw in capped:
+        assert abs(bw - cap) / cap < 0.25, (bw, cap, seen)
+    assert min(free) > 2 * cap, (free, cap)      # the uncapped link really is faster

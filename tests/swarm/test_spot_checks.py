@@ -1,32 +1,16 @@
 """Spot checks over real processes and real P2P (issue 7): a replica of the middle stage that
 sends wrong activations (`--fault corrupt@2`) is caught by the peers it feeds, banned by the
-coordinator and left out of the next schedule, with no microbatch lost; an honest swarm with
-every forward checked reports only passes."""
+coordinator and left out of the next schedule, with no microbatch lost. (An honest swarm with
+every forward checked reports only passes: tests/swarm/test_shared_swarm.py.)"""
 import asyncio
-import dataclasses
 
 import pytest
 
-from protocol.topology import Links
-
 from coordinator.emulated_topology import make_identity
 from coordinator.local_swarm import start_peer, stop_processes
-from tests.swarm.harness import LOOPBACK, coordinator, wait_for
+from tests.swarm.harness import LOOPBACK, coordinator, planned_with, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
-
-
-def planned_with(slow: set[str]):
-    """The coordinator's view with 1 ms links and equal compute except `slow` peers (3x), so the
-    plan does not hang on what a loaded machine happened to measure."""
-    def adjust(topology):
-        n = len(topology.nodes)
-        nodes = tuple(dataclasses.replace(node, fwd_s_per_layer_sample=0.003 if node.id in slow else 0.001)
-                      for node in topology.nodes)
-        lat = tuple(tuple(0.0 if i == j else 1.0 for j in range(n)) for i in range(n))
-        bw = tuple(tuple(0.0 if i == j else 1.0 for j in range(n)) for i in range(n))
-        return dataclasses.replace(topology, nodes=nodes, links=Links(lat, bw))
-    return adjust
 
 
 def identities(tmp_path, n: int) -> list[str]:
@@ -92,22 +76,3 @@ def test_a_peer_sending_wrong_activations_is_banned_and_planned_out(tmp_path):
     log = (tmp_path / "peer2.log").read_text() + (tmp_path / "peer0.log").read_text()
     assert "spot check FAILED" in log
 
-
-def test_an_honest_swarm_with_checks_on_reports_only_passes(tmp_path):
-    async def scenario():
-        async with coordinator(num_stages=2, skip_ratio=0.0, min_peers=4, max_steps=1000) as app:
-            identities(tmp_path, 4)
-            app.adjust_topology = planned_with(set())
-            procs = start(app, tmp_path, [0, 1, 0, 1], {})
-            try:
-                await wait_for(lambda: len(app.summaries) >= 4, 240, "4 iterations")
-                await wait_for(lambda: app.bans.counts["passed"] >= 4, 30, "spot-check reports")
-                return app.bans, app.summaries, await app.records.get_spot_checks()
-            finally:
-                stop_processes(procs)
-    bans, summaries, records = asyncio.run(scenario())
-    reports = [r for rec in records.values() for r in rec.reports]
-    assert reports and all(r.passed for r in reports), [r for r in reports if not r.passed]
-    assert bans.banned == {} and bans.counts["failed"] == 0
-    assert len({r.suspect for r in reports}) == 2              # both stage-1 replicas were checked
-    assert_accounted(summaries, per_iteration=4)

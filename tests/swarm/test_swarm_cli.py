@@ -17,9 +17,19 @@ def run_swarm(tmp_path, *args, name="summary.json"):
     return json.loads(summary.read_text()), proc.stdout
 
 
-def test_skippipe_swarm_trains_and_accounts_every_microbatch(tmp_path):
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory):
+    """The main job's shape, with per-stage checkpoints: what the training test checks, and what
+    the resume test continues from (a swarm's start-up costs more than these few iterations)."""
+    tmp_path = tmp_path_factory.mktemp("swarm-cli")
+    ckpt = tmp_path / "ckpt"
     summary, out = run_swarm(tmp_path, "--peers", "6", "--stages", "3", "--steps", "8", "--skip", "1/3",
-                             "--microbatches", "3")
+                             "--microbatches", "3", "--checkpoint-dir", str(ckpt), name="first.json")
+    return tmp_path, ckpt, summary, out
+
+
+def test_skippipe_swarm_trains_and_accounts_every_microbatch(first_run):
+    _, _, summary, out = first_run
     assert summary["steps"] == 8
     assert summary["last_loss"] < summary["first_loss"] - 0.3
     mb = summary["microbatches"]
@@ -30,16 +40,21 @@ def test_skippipe_swarm_trains_and_accounts_every_microbatch(tmp_path):
     assert summary["tokens_per_s"] > 0 and summary["mean_iteration_s"] > 0
 
 
-def test_checkpoint_and_resume(tmp_path):
-    ckpt = tmp_path / "ckpt"
-    first, _ = run_swarm(tmp_path, "--peers", "2", "--stages", "2", "--steps", "4", "--skip", "0",
-                         "--checkpoint-dir", str(ckpt), name="first.json")
-    assert sorted(p.name for p in ckpt.iterdir()) == ["local-stage0", "local-stage1"]
-    for stage in ("local-stage0", "local-stage1"):   # --keep-last 2 (default): the last two iterations
-        assert sorted(p.name for p in (ckpt / stage).iterdir()) == ["it00000002", "it00000003"]
-    second, _ = run_swarm(tmp_path, "--peers", "2", "--stages", "2", "--steps", "7", "--skip", "0",
-                          "--checkpoint-dir", str(ckpt), name="second.json")
-    assert second["first_iteration"] == 4 and second["last_iteration"] == 6
+def test_checkpoint_and_resume(first_run):
+    tmp_path, ckpt, first, _ = first_run
+    stages = ["local-stage0", "local-stage1", "local-stage2"]
+    assert sorted(p.name for p in ckpt.iterdir()) == stages
+    for stage in stages:   # --keep-last 2 (default): the last two iterations
+        assert sorted(p.name for p in (ckpt / stage).iterdir()) == ["it00000006", "it00000007"]
+    second, _ = run_swarm(tmp_path, "--peers", "6", "--stages", "3", "--steps", "11", "--skip", "1/3",
+                          "--microbatches", "3", "--checkpoint-dir", str(ckpt), name="second.json")
+    assert second["first_iteration"] == 8 and second["last_iteration"] == 10
+    # the sample cursor continues (saved with stage 0's checkpoints): no sample trained twice
+    def trained(summary):
+        return [p for r in summary["iterations"] for start, count in zip(r["positions"][::2], r["positions"][1::2])
+                for p in range(start, start + count)]
+    before, after = trained(first), trained(second)
+    assert before and after and not set(before) & set(after) and min(after) == max(before) + 1
     # resumed weights: the first resumed loss continues from where the first run ended
     assert second["first_loss"] < first["first_loss"] - 0.2
     assert abs(second["first_loss"] - first["last_loss"]) < 0.3
