@@ -31,7 +31,6 @@ from coordinator.status import StatusView
 from coordinator.swarm_view import BanList, NotPlannable, SwarmSnapshot, to_topology
 
 logger = logging.getLogger("skippipe.coordinator")
-SWITCH_MARGIN_S = 4.0      # a new epoch starts this far (in iterations' time) after its publication
 DHT_SHUTDOWN_S = 1.5      # then hivemind terminates its DHT child: inside the 5 s a stop may take
 
 
@@ -284,7 +283,7 @@ class CoordinatorApp:
             return self.resumed.iteration if self.resumed else 0
         latest = max(self.progress.latest_reported(), self.summaries[-1].iteration if self.summaries else -1)
         since = time.time() - self.summaries[-1].finished_at if self.summaries else 0.0
-        return switch_iteration(latest, [s.duration_s for s in self.summaries[-5:]], since, SWITCH_MARGIN_S)
+        return switch_iteration(latest, [s.duration_s for s in self.summaries[-5:]], since, self.config.switch_margin_s)
 
     def _adopt(self, schedule: Schedule) -> None:
         self.schedule = schedule

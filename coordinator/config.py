@@ -24,6 +24,7 @@ class CoordinatorConfig:
     initial_peers: tuple[str, ...] = ()
     min_peers: int = 0                      # wait for this many peers before the first plan
     poll_interval_s: float = 1.0
+    switch_margin_s: float = 4.0            # a new epoch starts this far (in iterations' time) after publication
     replan_hold_s: float = 1.0              # membership must be stable this long (hysteresis)
     status_port: int | None = None          # HTTP status page + /metrics; None: off, 0: any free port
     status_host: str = "127.0.0.1"          # 0.0.0.0 to show the page to other machines

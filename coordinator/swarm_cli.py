@@ -73,6 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--announce-period", type=float, default=1.5, metavar="S",
                    help="peers' advert period; a peer is taken as departed after twice this (default: 1.5; "
                         "raise it on a heavily loaded machine, where late adverts look like departures)")
+    p.add_argument("--switch-margin", type=float, default=4.0, metavar="S",
+                   help="a new schedule epoch takes effect this many seconds of iterations after it is published, "
+                        "so that every peer has read it by then (default: 4; lower re-plans sooner)")
     p.add_argument("--topology", type=Path, metavar="T.json",
                    help="emulate this topology file's links and compute slowdowns (one peer per node; "
                         "--peers defaults to its node count); the coordinator plans with its links")
@@ -230,7 +233,7 @@ async def run_swarm(args, stop: asyncio.Event | None = None) -> int:
         host_maddrs=("/ip4/127.0.0.1/tcp/0",), min_peers=args.peers,
         join_key_path=str(args.join_key) if args.join_key else "", status_port=args.status_port,
         data_dir=args.data, tokenizer=args.tokenizer,
-        checkpoint_dir=str(args.checkpoint_dir) if args.checkpoint_dir else "",
+        checkpoint_dir=str(args.checkpoint_dir) if args.checkpoint_dir else "", switch_margin_s=args.switch_margin,
         overheads=LOCAL_SWARM_OVERHEADS)   # every peer on this one machine: its measured fixed costs
     printer = ProgressPrinter(args.steps, args.stages)
     app = CoordinatorApp(config, on_iteration=printer, run_data=args.run_data, stop=stop)
@@ -321,6 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     apply_settings(parser, argv, "swarm")
     args = parser.parse_args(argv)
+    if not 0.5 <= args.switch_margin <= 600:
+        return fail_usage("skippipe-swarm", f"--switch-margin must be between 0.5 and 600 seconds, got {args.switch_margin}")
     if not args.announce_period > 0:
         return fail_usage("skippipe-swarm", f"--announce-period must be > 0, got {args.announce_period}")
     args.topology_data = None

@@ -35,7 +35,8 @@ def test_volunteers_download_the_dataset_and_a_dead_data_node_loses_no_sample(tm
     cmd = [sys.executable, "-m", "coordinator.swarm_cli", "--peers", "4", "--stages", "2", "--steps", "40",
            "--skip", "0", "--microbatches", "2", "--data", str(dataset), "--chaos", "kill:2@iter3:forward",
            "--summary-json", str(summary_path), "--logs-dir", str(tmp_path / "logs"), "--timeout", "400",
-           "--status-port", "off"]
+           "--status-port", "off",
+           "--switch-margin", "2"]      # epochs that carry lost samples take effect within the run
     env = {**os.environ, "SKIPPIPE_CACHE_DIR": str(cache)}    # every peer's --cache-dir: nothing there yet
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=500, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
