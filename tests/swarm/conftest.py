@@ -18,15 +18,12 @@ os.environ["SKIPPIPE_TEST_SESSION"] = str(os.getpid())   # inherited by peers, D
 
 def pytest_collection_modifyitems(items):
     """Everything under tests/swarm is a multi-process (or real-P2P) test: `slow`, whether or not
-    its module says so, so that `-m "not slow"` is the fast loop it claims to be. And all of it is
-    one xdist_group: under `-n 2 --dist loadgroup` the swarm tests run one after another on one
-    worker (two swarms at once on 2 cores starve each other into timeouts; modules' shared swarms
-    stay on one worker), while the unit and integration tests run on the other."""
+    its module says so, so that `-m "not slow"` is the fast loop it claims to be. (Under
+    `-n 2 --dist loadgroup` they also run one after another on one worker: tests/conftest.py.)"""
     here = Path(__file__).parent
     for item in items:
         if here in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.slow)
-            item.add_marker(pytest.mark.xdist_group("swarm"))
 
 
 def _ours(pid: int) -> bool:
