@@ -57,8 +57,15 @@ class ProgressTracker:
     next_iteration: int = 0
     started: bool = False          # the first report fixes where we start (runs may resume)
     reports: dict[int, dict[str, IterationReport]] = field(default_factory=dict)
+    missed: int = 0                # iterations whose reports left every origin's window unread
 
     def add(self, records: dict[str, ProgressRecord]) -> None:
+        oldest = [min(r.iteration for r in rec.reports) for rec in records.values() if rec.reports]
+        if self.started and oldest and min(oldest) > self.next_iteration and self.next_iteration not in self.reports:
+            # every origin's window has moved past the iterations we wait for (we read too
+            # rarely for how fast the swarm trains): they can never complete, go on from there
+            self.missed += min(oldest) - self.next_iteration
+            self.next_iteration = min(oldest)
         for peer, record in records.items():
             for report in record.reports:
                 if report.iteration >= self.next_iteration:

@@ -38,7 +38,7 @@ from tokendata.cursor import compress_positions
 logger = logging.getLogger("skippipe.peer")
 SPEC_WAIT_S = 60.0
 LINGER_AFTER_FINISH_S = 5.0
-REPORTS_KEPT = 16
+REPORTS_KEPT = 64   # the coordinator reads progress about once a second: enough for fast tiny swarms
 SPOT_CHECKS_TTL_S = 1800.0   # our spot-check reports stay readable this long after the last one
 SPEC_HINT_AFTER_S = 5.0      # a wrong --run shows as this one log line, not a silent minute
 DHT_SHUTDOWN_S = 1.5         # then hivemind terminates its DHT child: inside the 5 s a stop may take

@@ -1,0 +1,36 @@
+"""The coordinator's per-iteration summaries from the origins' bounded report windows."""
+from protocol.messages import IterationReport, MicrobatchCounts, ProgressRecord
+
+from coordinator.progress import ProgressTracker
+
+
+def report(peer: str, i: int, positions=(), lost=()) -> IterationReport:
+    return IterationReport(peer, 1, i, loss_sum=2.0, samples=2, tokens=20, started_at=float(i),
+                           finished_at=i + 0.5, counts=MicrobatchCounts(completed=1), positions=positions,
+                           lost_microbatches=lost)
+
+
+def records(window: range, peers=("a", "b")) -> dict:
+    return {p: ProgressRecord(p, tuple(report(p, i, (10 * i + k, 1)) for i in window)) for k, p in enumerate(peers)}
+
+
+def test_iterations_complete_in_order_with_their_positions_and_losses():
+    t = ProgressTracker()
+    recs = records(range(0, 3))
+    recs["a"] = ProgressRecord("a", recs["a"].reports + (report("a", 3, lost=(7,)),))
+    t.add(recs)
+    done = t.complete(lambda i: {"a", "b"})
+    assert [s.iteration for s in done] == [0, 1, 2]        # 3 waits for b
+    assert done[1].positions == (10, 2) and done[1].lost_microbatches == ()
+    t.add({"b": ProgressRecord("b", (report("b", 3),))})
+    (s3,) = t.complete(lambda i: {"a", "b"})
+    assert s3.lost_microbatches == (7,)
+
+
+def test_a_window_that_moved_past_unread_iterations_does_not_stall_the_summaries():
+    t = ProgressTracker()
+    t.add(records(range(0, 4)))
+    assert len(t.complete(lambda i: {"a", "b"})) == 4
+    t.add(records(range(70, 134)))          # read too rarely: iterations 4..69 are gone everywhere
+    done = t.complete(lambda i: {"a", "b"})
+    assert t.missed == 66 and [s.iteration for s in done] == list(range(70, 134))
