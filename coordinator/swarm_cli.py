@@ -259,7 +259,9 @@ async def run_swarm(args, stop: asyncio.Event | None = None) -> int:
             peer_args = ["--initial-peers", *app.maddrs, "--run", args.run, "--device", "cpu",
                          "--host-maddrs", "/ip4/127.0.0.1/tcp/0", "--log-level", args.log_level,
                          "--log-format", args.log_format,
-                         "--public-name", f"local-{i}", "--announce-period", str(args.announce_period)]
+                         "--public-name", f"local-{i}", "--announce-period", str(args.announce_period),
+                         # stay until we stop them: a peer that leaves early can take its last report along
+                         "--linger", "60"]
             if args.checkpoint_dir:
                 peer_args += ["--checkpoint-dir", str(args.checkpoint_dir), "--save-every", str(args.save_every),
                               "--keep-last", str(args.keep_last)]

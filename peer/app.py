@@ -37,7 +37,7 @@ from tokendata.cursor import compress_positions
 
 logger = logging.getLogger("skippipe.peer")
 SPEC_WAIT_S = 60.0
-LINGER_AFTER_FINISH_S = 5.0
+REPUBLISH_WHILE_LINGERING_S = 2.0   # a put lost to a DHT in flux (peers leaving) is tried again
 REPORTS_KEPT = 64   # the coordinator reads progress about once a second: enough for fast tiny swarms
 SPOT_CHECKS_TTL_S = 1800.0   # our spot-check reports stay readable this long after the last one
 SPEC_HINT_AFTER_S = 5.0      # a wrong --run shows as this one log line, not a silent minute
@@ -184,10 +184,14 @@ class PeerApp:
             done, _ = await asyncio.wait({work, stopper}, return_when=asyncio.FIRST_COMPLETED)
             if work in done:
                 work.result()  # surface a crash of the worker
-                logger.info("run finished after %d iterations; leaving in %.0fs",
-                            self.worker.iteration, LINGER_AFTER_FINISH_S)
-                await self.progress_publisher.flush(timeout=LINGER_AFTER_FINISH_S)
-                await asyncio.wait([stopper], timeout=LINGER_AFTER_FINISH_S)
+                linger = self.config.linger_s
+                logger.info("run finished after %d iterations; leaving in %.0fs", self.worker.iteration, linger)
+                deadline = time.monotonic() + linger
+                while not stopper.done() and time.monotonic() < deadline:
+                    await self.progress_publisher.flush(timeout=max(0.0, deadline - time.monotonic()))
+                    await asyncio.wait([stopper], timeout=min(REPUBLISH_WHILE_LINGERING_S,
+                                                              max(0.0, deadline - time.monotonic())))
+                    self.progress_publisher.kick()
         finally:
             for task in (*background, work, stopper):
                 task.cancel()

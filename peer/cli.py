@@ -111,6 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--announce-period", type=float, default=1.5, metavar="S",
                    help="seconds between adverts; they expire after twice this, and the schedule and the other "
                         "peers' adverts are read every half of it, at most once a second (default: 1.5)")
+    p.add_argument("--linger", type=float, default=5.0, metavar="S",
+                   help="seconds to stay after the run's last iteration, serving and re-publishing the last "
+                        "progress report so the coordinator sees the end (default: 5; skippipe-swarm, which "
+                        "stops its peers itself, gives 60)")
     p.add_argument("--status-interval", type=float, default=10.0, metavar="S",
                    help="seconds between one-line status prints (default: 10)")
     p.add_argument("--link-probe-period", type=non_negative_s, default=30.0, metavar="S",
@@ -185,7 +189,7 @@ def config_from_args(args: argparse.Namespace) -> PeerConfig:
         data=args.data, cache_dir=args.cache_dir, checkpoint_dir=args.checkpoint_dir,
         save_every=args.save_every, keep_last=args.keep_last,
         announce_period_s=args.announce_period, max_activations=args.max_activations,
-        status_interval_s=args.status_interval, link_probe_period_s=args.link_probe_period, torch_threads=args.threads,
+        status_interval_s=args.status_interval, linger_s=args.linger, link_probe_period_s=args.link_probe_period, torch_threads=args.threads,
         public_name=args.public_name, benchmark=not args.no_benchmark,
         identity_path=args.identity, join_key_path=args.join_key, max_requests_per_s=args.max_requests_per_s,
         fault=args.fault, metrics_port=args.metrics_port, metrics_host=args.metrics_host,

@@ -28,6 +28,7 @@ class PeerConfig:
     rpc_timeout_s: float = 30.0
     iteration_timeout_s: float = 120.0
     status_interval_s: float = 10.0
+    linger_s: float = 5.0                     # after the last iteration: stay, re-publish the last report
     link_probe_period_s: float = 30.0         # link RTT/bandwidth probes to every peer; 0: off
     torch_threads: int = 1
     public_name: str = ""
