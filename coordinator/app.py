@@ -116,10 +116,9 @@ class CoordinatorApp:
         join_key = load_or_create_join_key(cfg.join_key_path) if cfg.join_key_path else None
         if cfg.maddrs_file:   # one left by a run that crashed names a dead peer id: gone until we are up
             remove_stale_maddrs_file(cfg.maddrs_file)
-        # on the loop's thread: a DHT child forked from a worker thread can lose its command
-        # pipe mid-run (BlockingIOError in hivemind's dht._run)
-        self.dht = DHT(
-            start=True, initial_peers=list(cfg.initial_peers) or None, host_maddrs=list(cfg.host_maddrs),
+        # in a thread: the loop keeps answering Ctrl-C while the DHT comes up
+        self.dht = await asyncio.to_thread(
+            DHT, start=True, initial_peers=list(cfg.initial_peers) or None, host_maddrs=list(cfg.host_maddrs),
             announce_maddrs=list(cfg.announce_maddrs) or None, record_validators=record_validators(cfg.run),
             shutdown_timeout=DHT_SHUTDOWN_S)
         try:

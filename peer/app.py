@@ -80,9 +80,8 @@ class PeerApp:
         except ValueError as exc:  # identity or join key unusable: the message says what to do
             raise StartupError(str(exc)) from None
         try:
-            # before torch touches CUDA: the DHT forks. On the loop's thread: a DHT child forked
-            # from a worker thread lost its command pipe mid-run (BlockingIOError in dht._run)
-            dht = start_dht(self.config, self.guard)
+            # before torch touches CUDA: the DHT forks; in a thread, so Ctrl-C is heard meanwhile
+            dht = await self._unless_stopped(asyncio.to_thread(start_dht, self.config, self.guard))
             try:
                 return await self._run_with(dht)
             finally:
