@@ -15,6 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hivemind import DHT  # noqa: E402
+from opsweb.dht_process import safe_for_large_calls  # noqa: E402
 from hivemind.p2p import P2P  # noqa: E402
 
 from coordinator.dht_io import CoordinatorRecords, record_validators  # noqa: E402
@@ -60,7 +61,8 @@ def main(argv: list[str]) -> int:
     rest = argv[2:]
     peer, sizes = (rest[0], [int(s) for s in rest[1].split(",")]) if what == "transfer" else (None, [])
     maddrs = rest[2:] if what == "transfer" else rest
-    dht = DHT(start=True, initial_peers=maddrs, client_mode=True, record_validators=record_validators(run))
+    dht = safe_for_large_calls(DHT(start=True, initial_peers=maddrs, client_mode=True,
+                                   record_validators=record_validators(run)))
     try:
         records = CoordinatorRecords(dht, run)
         if what == "links":

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Awaitable, Callable
 
 from hivemind import DHT
+from opsweb.dht_process import safe_for_large_calls
 
 from opsweb.server import StatusServer
 from opsweb.stopping import run_until_stopped, shutdown_dht
@@ -88,7 +89,7 @@ class CoordinatorApp:
         self.on_iteration = on_iteration
         self.stop = stop or asyncio.Event()
         self.ready = asyncio.Event()        # set once the DHT is up and the spec is written
-        self.dht: DHT | None = None
+        self.dht = None                      # a hivemind DHT once run() starts it
         self.schedule: Schedule | None = None
         self.schedules: list[Schedule] = []
         self.progress = ProgressTracker()
@@ -117,10 +118,10 @@ class CoordinatorApp:
         if cfg.maddrs_file:   # one left by a run that crashed names a dead peer id: gone until we are up
             remove_stale_maddrs_file(cfg.maddrs_file)
         # in a thread: the loop keeps answering Ctrl-C while the DHT comes up
-        self.dht = await asyncio.to_thread(
-            DHT, start=True, initial_peers=list(cfg.initial_peers) or None, host_maddrs=list(cfg.host_maddrs),
+        self.dht = await asyncio.to_thread(lambda: safe_for_large_calls(DHT(
+            start=True, initial_peers=list(cfg.initial_peers) or None, host_maddrs=list(cfg.host_maddrs),
             announce_maddrs=list(cfg.announce_maddrs) or None, record_validators=record_validators(cfg.run),
-            shutdown_timeout=DHT_SHUTDOWN_S)
+            shutdown_timeout=DHT_SHUTDOWN_S)))
         try:
             await until_stopped(self._serve(join_key), self.stop)
             return 0

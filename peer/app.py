@@ -6,6 +6,7 @@ import time
 
 from hivemind import DHT
 
+from opsweb.dht_process import safe_for_large_calls
 from opsweb.server import StatusServer
 from opsweb.stopping import run_until_stopped, shutdown_dht
 
@@ -54,9 +55,10 @@ class Stopped(Exception):
 
 def start_dht(config: PeerConfig, guard: PeerGuard) -> DHT:
     try:
-        return DHT(start=True, initial_peers=list(config.initial_peers), host_maddrs=list(config.host_maddrs),
-                   announce_maddrs=list(config.announce_maddrs) or None, shutdown_timeout=DHT_SHUTDOWN_S,
-                   **guard.dht_kwargs())
+        return safe_for_large_calls(DHT(
+            start=True, initial_peers=list(config.initial_peers), host_maddrs=list(config.host_maddrs),
+            announce_maddrs=list(config.announce_maddrs) or None, shutdown_timeout=DHT_SHUTDOWN_S,
+            **guard.dht_kwargs()))
     except Exception as exc:
         if guard.is_duplicate(exc):
             raise StartupError(guard.duplicate_message()) from None

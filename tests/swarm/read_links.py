@@ -5,12 +5,14 @@ import json
 import sys
 
 from hivemind import DHT
+from opsweb.dht_process import safe_for_large_calls
 
 from coordinator.dht_io import CoordinatorRecords, record_validators
 
 
 def main(run: str, maddrs: list[str]) -> int:
-    dht = DHT(start=True, initial_peers=maddrs, client_mode=True, record_validators=record_validators(run))
+    dht = safe_for_large_calls(DHT(start=True, initial_peers=maddrs, client_mode=True,
+                                   record_validators=record_validators(run)))
     try:
         links = asyncio.run(CoordinatorRecords(dht, run).get_links())
     finally:

@@ -237,12 +237,13 @@ async def list_peers(dht, run: str) -> list[str]:
 async def run_rogue(initial_peers: list[str], run: str, duration_s: float, rate: float, count: int,
                     seed: int) -> collections.Counter:
     from hivemind import DHT
+    from opsweb.dht_process import safe_for_large_calls
     from hivemind.dht.crypto import RSASignatureValidator
     rng = random.Random(seed)
     stats = collections.Counter()
     # the signature validator only lets us read members' signed records; it protects nothing here
-    dht = DHT(start=True, initial_peers=initial_peers, host_maddrs=["/ip4/127.0.0.1/tcp/0"],
-              record_validators=[RSASignatureValidator()])
+    dht = safe_for_large_calls(DHT(start=True, initial_peers=initial_peers, host_maddrs=["/ip4/127.0.0.1/tcp/0"],
+                                   record_validators=[RSASignatureValidator()]))
     try:
         p2p = await dht.replicate_p2p()
         deadline = time.monotonic() + duration_s

@@ -8,6 +8,7 @@ import time
 
 import pytest
 from hivemind import DHT
+from opsweb.dht_process import safe_for_large_calls
 from hivemind.dht.crypto import RSASignatureValidator
 
 from protocol import codec, ids
@@ -35,12 +36,13 @@ class Swarm:
             self.key_path = tmp_path / "join.key"
             create_join_key(self.key_path)
         key = self.key_path.read_bytes().strip() if join_key else None
-        self.coordinator = DHT(start=True, host_maddrs=LOOPBACK, record_validators=record_validators(RUN))
+        self.coordinator = safe_for_large_calls(DHT(start=True, host_maddrs=LOOPBACK,
+                                                        record_validators=record_validators(RUN)))
         self.maddrs = [str(a) for a in self.coordinator.get_visible_maddrs()]
         self.view = CoordinatorRecords(self.coordinator, RUN, key)
         self.guards, self.dhts = [], [self.coordinator]
 
-    def member(self, tmp_path, name: str, join_key=True) -> tuple[DHT, object]:
+    def member(self, tmp_path, name: str, join_key=True) -> tuple[object, object]:
         config = PeerConfig(initial_peers=tuple(self.maddrs), run=RUN, host_maddrs=tuple(LOOPBACK),
                             identity_path=tmp_path / f"{name}.key",
                             join_key_path=self.key_path if join_key else None)
@@ -50,8 +52,8 @@ class Swarm:
         self.dhts.append(dht)
         return dht, guard.records(dht, guard.identity.peer_id), guard
 
-    def rogue(self) -> DHT:
-        dht = DHT(start=True, host_maddrs=LOOPBACK, initial_peers=self.maddrs)  # no validators at all
+    def rogue(self):
+        dht = safe_for_large_calls(DHT(start=True, host_maddrs=LOOPBACK, initial_peers=self.maddrs))  # no validators at all
         self.dhts.append(dht)
         return dht
 
