@@ -210,8 +210,9 @@ class CoordinatorApp:
         self.progress.add(await self.records.get_progress())
         pending = {i: dict(r) for i, r in self.progress.reports.items()}  # complete() drops them
         online = snapshot.online
+        known_from = self.schedules[0].start_iteration if self.schedules else 0
         for summary in self.progress.complete(self._origins_for, lambda p: p not in online,
-                                              self._planned_microbatches, self._planned_ids):
+                                              self._planned_microbatches, self._planned_ids, known_from):
             self.summaries.append(summary)
             if summary.lost_microbatches:
                 positions = self.ledger.lost(self._schedule_for(summary.iteration), summary.iteration,

@@ -74,10 +74,13 @@ class ProgressTracker:
     def complete(self, origins_for: Callable[[int], set[str]],
                  gone: Callable[[str], bool] = lambda peer: False,
                  planned_for: Callable[[int, str], int] = lambda i, peer: 0,
-                 planned_ids: Callable[[int, str], list[int]] = lambda i, peer: []) -> list[IterationSummary]:
+                 planned_ids: Callable[[int, str], list[int]] = lambda i, peer: [],
+                 known_from: int = 0) -> list[IterationSummary]:
         """Summaries of newly completed iterations, in order. `origins_for(i)` gives the set of
         stage-0 peers expected to report iteration i; one that is `gone` (left the swarm)
-        without reporting counts its `planned_for(i, peer)` microbatches as lost."""
+        without reporting counts its `planned_for(i, peer)` microbatches as lost. `known_from`:
+        the first iteration a schedule we know covers (a restarted coordinator reads only the
+        latest schedule; it cannot account the iterations before it, so it starts after them)."""
         done = []
         if not self.started and self.reports:
             # (re)starting: from the first iteration every reporting origin still has (each
@@ -86,7 +89,9 @@ class ProgressTracker:
             for i in sorted(self.reports):
                 for peer in self.reports[i]:
                     firsts.setdefault(peer, i)
-            self.next_iteration, self.started = max(firsts.values()), True
+            self.next_iteration, self.started = max(max(firsts.values()), known_from), True
+            for i in [i for i in self.reports if i < self.next_iteration]:
+                del self.reports[i]
         while True:
             got = self.reports.get(self.next_iteration, {})
             expected = origins_for(self.next_iteration)

@@ -98,7 +98,7 @@ def capped_swarm(make_module_hosts, tmp_path_factory):
     hosts = make_module_hosts(5)                # coordinator + stages 0, 1 (free), 1 (capped), 2
     hosts.cap(3, rate="40mbit")
     maddrs = wait_maddrs(start_coordinator(hosts, 0, tmp_path, "--stages", "3", "--min-peers", "4",
-                                           "--steps", "100000", "--microbatches", "4"))
+                                           "--steps", "100000", "--microbatches", "4", "--skip", "0"))
     start_peer(hosts, 1, tmp_path, maddrs, 0)
     start_peer(hosts, 3, tmp_path, maddrs, 1)
     capped = peer_id(tmp_path / "peer3.log")

@@ -34,3 +34,16 @@ def test_a_window_that_moved_past_unread_iterations_does_not_stall_the_summaries
     t.add(records(range(70, 134)))          # read too rarely: iterations 4..69 are gone everywhere
     done = t.complete(lambda i: {"a", "b"})
     assert t.missed == 66 and [s.iteration for s in done] == list(range(70, 134))
+
+
+def test_a_restarted_coordinator_starts_at_the_first_iteration_its_schedule_covers():
+    # the peers' windows hold iterations 178..209; the stored schedule (the only one a restarted
+    # coordinator reads) starts at 200: iterations before it have no known origins
+    t = ProgressTracker()
+    t.add(records(range(178, 210)))
+    origins = lambda i: {"a", "b"} if i >= 200 else set()     # noqa: E731
+    done = t.complete(origins, known_from=200)
+    assert [s.iteration for s in done] == list(range(200, 210))
+    stuck = ProgressTracker()
+    stuck.add(records(range(178, 210)))
+    assert stuck.complete(origins) == [] and stuck.next_iteration == 178     # without it (the bug)
