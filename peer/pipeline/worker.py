@@ -173,13 +173,18 @@ class PipelineWorker:
                 logger.warning("re-assigned from stage %d to %d: starting that stage afresh", self.stage, stage)
             self.runner = await self.compute(self.make_runner, stage)
             self.stage = stage
+            done = None
             if self.checkpoints is not None:
                 done = await self.compute(self.checkpoints.load, self.runner, stage)
                 if done is not None and done + 1 > self.iteration:
                     self.iteration = self.stepped_iteration = done + 1
                     self.stepped_iteration -= 1
                     return await self._schedule_with_me()
-            if self.iteration > 0 and len(pv.replicas(schedule, stage)) > 1:
+            # a checkpoint of the iteration just before this one is the stage's current state
+            # (a resumed run re-partitions before anyone trains: every replica of the stage may
+            # be new to it, and asking each other would only wait out the timeout)
+            current = done is not None and done + 1 == self.iteration
+            if self.iteration > 0 and not current and len(pv.replicas(schedule, stage)) > 1:
                 await fetch_state(self, schedule, stage)  # late join: same state as the replicas
             self.stepped_iteration = self.iteration - 1
         return schedule
