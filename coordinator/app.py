@@ -193,13 +193,15 @@ class CoordinatorApp:
                 pass
 
     async def _tick(self) -> None:
+        read_from = time.monotonic()
         adverts = await self._unbanned(await self.records.get_adverts())
+        read_s = time.monotonic() - read_from
         snapshot = SwarmSnapshot(adverts, await self.records.get_links())
         now = time.monotonic()
         if self.snapshot is not None and not self.collapse_guard.accept(
-                frozenset(self.snapshot.online), frozenset(snapshot.online), now):
-            logger.info("the DHT shows %d of %d peers at once: taking it for a failed lookup for now",
-                        len(snapshot.online), len(self.snapshot.online))
+                frozenset(self.snapshot.online), frozenset(snapshot.online), now, read_s):
+            logger.info("the DHT shows %d of %d peers (read in %.1fs): taking it for a failed lookup for now",
+                        len(snapshot.online), len(self.snapshot.online), read_s)
             snapshot = self.snapshot
         self.snapshot = snapshot
         self.status.observe(snapshot)

@@ -3,8 +3,10 @@ before it expires (expiry = 2 x period, so one missed refresh is tolerated).
 
 A DHT store can stall for seconds when a node on its path is cut off (hivemind waits out its
 RPC timeout). So stores go out on a fixed cadence without waiting for the previous one (at most
-MAX_IN_FLIGHT at once), and while stores are slow the expiry stretches by the slowest recent
-store (or the oldest one still in flight), capped, so a healthy peer's advert does not lapse because someone else's link is down."""
+MAX_IN_FLIGHT at once), and as soon as one is slow (recent, or still in flight past half a
+period) the expiry stretches by MAX_STRETCH_S at once: a store that meets a cut-off node takes
+two of hivemind's RPC timeouts (6 s measured), and stretching only by the delay seen so far left
+healthy peers' adverts lapsed for seconds (the coordinator took them for departures)."""
 import asyncio
 import collections
 import dataclasses
@@ -18,7 +20,7 @@ from peer.discovery.dht_records import PeerRecords
 logger = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT = 4         # a store waiting out a cut node's RPC timeout (~6 s) spans 4 periods
-MAX_STRETCH_S = 10.0      # a store slower than this is a dead DHT, not a slow one
+MAX_STRETCH_S = 10.0      # covers a store stalled by one cut-off node (~6 s); slower is a dead DHT
 RECENT_STORES = 5
 GOODBYE_TIMEOUT_S = 3.0   # peers leaving together cannot store for each other: do not hang on it
 
@@ -40,12 +42,12 @@ class Announcer:
 
     @property
     def ttl_s(self) -> float:
-        """2 x period, plus the slowest recent or pending store while stores are slow (capped)."""
+        """2 x period, plus MAX_STRETCH_S while stores are slow."""
         pending = [time.monotonic() - t for t in self._in_flight.values()]
         slowest = max([*self._durations, *pending], default=0.0)
         # a store under half a period is normal: no stretch, so a dead peer's advert expires
         # as quickly as ever (the coordinator's re-plan clock starts there)
-        stretch = min(slowest, MAX_STRETCH_S) if slowest > self.period_s / 2 else 0.0
+        stretch = MAX_STRETCH_S if slowest > self.period_s / 2 else 0.0
         return 2 * self.period_s + stretch
 
     async def announce_once(self) -> bool:

@@ -135,6 +135,17 @@ def test_a_read_that_lost_most_of_the_swarm_is_held_back_for_a_while():
     assert guard.accept(frozenset("a"), frozenset(), 0.0)     # a lone peer may leave
 
 
+def test_a_slow_read_that_lost_anyone_is_held_back_too():
+    from coordinator.replanner import CollapseGuard
+    guard = CollapseGuard(hold_s=10.0, slow_read_s=2.5)
+    four = frozenset("abcd")
+    assert guard.accept(four, frozenset("abc"), 0.0, read_s=0.1)      # a fast read: believe it
+    assert not guard.accept(four, frozenset("abc"), 1.0, read_s=6.0)  # the DHT stalled: a lapse, likely
+    assert guard.accept(four, four, 2.0, read_s=6.0)                  # nobody lost: nothing to hold
+    assert not guard.accept(four, frozenset("abc"), 3.0, read_s=6.0)  # a new hold
+    assert guard.accept(four, frozenset("abc"), 13.5, read_s=6.0)     # still gone after hold_s: gone
+
+
 def test_a_new_epoch_starts_after_the_swarm_even_after_a_slow_warm_up_iteration():
     from coordinator.replanner import EARLY_ITERATION_S, switch_iteration
     # seen in CI: iteration 0 took 3.4 s (warm-up), the next ones 0.5 s, reports lagged 2 s; the
