@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from coordinator.planner import STRATEGIES, PlanConfig, PlannerConfig, PlanningError, plan, simulate, validate
+from coordinator.planner.bound import lower_bound
 from coordinator.planner.steady import predict
 from coordinator.planner.presets import PRESETS, make_topology
 from coordinator.planner.rules import describe_path
@@ -75,11 +76,17 @@ def cmd_plan(args) -> int:
     k = 0.0 if args.strategy == "full" else args.skip   # `full` visits every stage whatever --skip says
     print(f"{args.strategy}, skip ratio {k:.4g}: {describe_path(topo.workload.num_stages, k)}",
           file=sys.stderr if not args.output or args.output == "-" else sys.stdout)
+    out = sys.stderr if not args.output or args.output == "-" else sys.stdout
     print(f"{schedule.strategy}: {len(topo.nodes)} nodes, stage sizes {sizes}, {len(schedule.routes)} "
           f"microbatches x {length} stages, predicted iteration {schedule.predicted_iteration_s:.2f} s"
-          f"{' -> ' + args.output if args.output and args.output != '-' else ''}",
-          file=sys.stderr if not args.output or args.output == "-" else sys.stdout)
+          f"{' -> ' + args.output if args.output and args.output != '-' else ''}", file=out)
+    print(f"  {_bound_line(predict(schedule, topo).period_s, lower_bound(schedule, topo))}", file=out)
     return 0
+
+
+def _bound_line(period_s: float, bound_s: float) -> str:
+    gap = f"{period_s / bound_s:.2f}" if bound_s > 0 else "-"
+    return f"steady period {period_s:.2f} s, lower bound {bound_s:.2f} s, gap {gap} (period / bound)"
 
 
 def _load_schedule(path: str):
@@ -106,9 +113,14 @@ def cmd_simulate(args) -> int:
     schedule = _load_schedule(args.schedule)
     violations = validate(schedule, topo)
     result = simulate(schedule, topo)
+    steady, bound = predict(schedule, topo), lower_bound(schedule, topo)
     report = {
         "strategy": schedule.strategy,
-        "iteration_time_s": round(predict(schedule, topo).iteration_s, 6),   # with the boundary, as plan
+        "iteration_time_s": round(steady.iteration_s, 6),   # with the boundary, as plan (a span)
+        "span_s": round(steady.iteration_s, 6),             # first origin's start to last origin's end
+        "period_s": round(steady.period_s, 6),              # one iteration's start to the next one's
+        "lower_bound_s": round(bound, 6),                   # coordinator/planner/bound.py
+        "bound_gap": round(steady.period_s / bound, 4) if bound > 0 else None,
         "cold_iteration_s": round(result.iteration_time_s, 6),                # one iteration on idle nodes
         "predicted_iteration_s": schedule.predicted_iteration_s,
         "microbatches": len(schedule.routes),
@@ -129,6 +141,7 @@ def cmd_simulate(args) -> int:
         print(f"{schedule.strategy}: iteration {report['iteration_time_s']:.2f} s, path length {lengths} of "
               f"{schedule.num_stages} stages, mean busy {report['mean_busy_fraction']:.0%}, "
               f"{len(violations)} violation(s)")
+        print(f"  {_bound_line(steady.period_s, bound)}")
         for v in violations:
             print(f"  {v.kind.value}: {v.message}")
     return 0

@@ -14,7 +14,8 @@ iteration also has a boundary, and the next iteration starts while parts of it s
   the work that has come in meanwhile. So a peer that ends its boundary late (far replicas,
   a far origin's notice) delays the next iteration's microbatches that reach it early.
 One iteration as measured (coordinator/progress.py) runs from the first origin's start to the
-last origin's end. predict() replays iterations, each starting every node when its previous
+last origin's end (a span); the period is the time from one iteration's first start to the
+next one's, which is what bounds throughput (coordinator/planner/bound.py bounds it below). predict() replays iterations, each starting every node when its previous
 one let it go, until the start offsets repeat; a topology without replicas has no exchange cost.
 """
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ class Prediction:
     boundary: Boundary
     sim: SimResult                 # the last round
     memory_overflows: int = 0      # the most forwards over a node's memory in any round
+    period_s: float = 0.0          # first origin's start to the next iteration's first start (steady)
 
 
 def boundary(schedule: Schedule, sim: SimResult, cost: CostModel, start: dict[str, float]) -> Boundary:
@@ -83,6 +85,7 @@ def predict(schedule: Schedule, topology: Topology, cost: CostModel | None = Non
     ov = cost.overheads
     start: dict[str, float] = {}
     times: list[float] = []
+    periods: list[float] = []
     overflows = 0
     for k in range(1, max(1, rounds) + 1):
         sim = simulate(schedule, topology, cost, available=start)
@@ -91,10 +94,16 @@ def predict(schedule: Schedule, topology: Topology, cost: CostModel | None = Non
         times.append(_measured(start, b, origins) if origins else sim.iteration_time_s)
         nxt = {p: t + (ov.origin_gap_s if stage_of[p] == 0 else ov.peer_gap_s) for p, t in b.end_s.items()}
         base = min((nxt[o] for o in origins), default=0.0)     # the next iteration's first start
+        periods.append(base)
         nxt = {p: max(0.0, t - base) for p, t in nxt.items()}
         if all(abs(nxt[p] - start.get(p, 0.0)) < SETTLED_S for p in nxt):
             break
         start = nxt
     # not settled: nodes may alternate between early and late, so average the last two rounds
-    steady = times[-1] if len(times) < 3 or abs(times[-1] - times[-2]) < SETTLED_S else (times[-1] + times[-2]) / 2
-    return Prediction(steady, times[0], k, dict(start), b, sim, overflows)
+    steady, period = (_settled(values) for values in (times, periods))
+    return Prediction(steady, times[0], k, dict(start), b, sim, overflows, period)
+
+
+def _settled(values: list[float]) -> float:
+    """The last value, or the mean of the last two where rounds still alternate."""
+    return values[-1] if len(values) < 3 or abs(values[-1] - values[-2]) < SETTLED_S else (values[-1] + values[-2]) / 2

@@ -42,11 +42,14 @@ def test_plan_simulate_round_trip_and_gantt(topo_file, tmp_path, capsys):
                 "--seed", "2", "-o", str(out), "--run", "demo"]) == 0
     s = schedule_from_json(out.read_text())
     assert s.run == "demo" and s.order is not None and s.predicted_iteration_s > 0
-    capsys.readouterr()
+    assert re.search(r"steady period [\d.]+ s, lower bound [\d.]+ s, gap [\d.]+", capsys.readouterr().out)
     assert run(["simulate", str(out), "--topology", str(topo_file), "--json", "--gantt", str(svg)]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["strategy"] == "skippipe" and report["violations"] == []
     assert report["iteration_time_s"] == pytest.approx(s.predicted_iteration_s, rel=1e-6)
+    assert report["span_s"] == report["iteration_time_s"] and report["period_s"] <= report["span_s"]
+    assert 0 < report["lower_bound_s"] <= report["period_s"]
+    assert report["bound_gap"] == pytest.approx(report["period_s"] / report["lower_bound_s"], rel=1e-3)
     assert set(report["busy_fraction"]) == {n.id for n in load_topology(topo_file).nodes}
     assert svg.stat().st_size > 1000
     assert run(["simulate", str(out), "--topology", str(topo_file), "--gantt", str(png)]) == 0
