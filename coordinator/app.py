@@ -14,6 +14,7 @@ from opsweb.dht_process import safe_for_large_calls
 from opsweb.server import StatusServer
 from opsweb.stopping import run_until_stopped, shutdown_dht
 
+from protocol.errors import FieldError
 from protocol.membership import JoinKeyError, create_join_key, load_join_key
 from protocol.messages import RunSpec
 from protocol.schedule import Schedule
@@ -331,10 +332,21 @@ def run_coordinator(config: CoordinatorConfig, run_data: RunData | None = None) 
     async def main(stop: asyncio.Event) -> int:
         return await CoordinatorApp(config, on_iteration=print_summary, run_data=run_data, stop=stop).run()
     try:
+        spec_from_config(config, run_data)   # a bad setting is a one-line error before anything starts
         return run_until_stopped(main, "the coordinator")
     except JoinKeyError as exc:
         logger.error("%s", exc)
         return 1
+    except FieldError as exc:
+        flag = SPEC_FLAGS.get(exc.field)
+        logger.error("invalid run setting%s: %s", f" ({flag})" if flag else "", exc)
+        return 2
+
+
+# the run spec's fields that a coordinator flag sets, for error messages
+SPEC_FLAGS = {"learning_rate": "--lr", "warmup_steps": "--warmup", "max_steps": "--steps", "skip_ratio": "--skip",
+              "num_stages": "--stages", "microbatch_samples": "--microbatch-samples", "seq_len": "--seq-len",
+              "microbatches_per_origin": "--microbatches", "run": "--run"}
 
 
 def print_summary(s: IterationSummary) -> None:

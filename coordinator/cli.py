@@ -9,7 +9,7 @@ import sys
 from modelconfig import ConfigError, check_stages, resolve_model, to_spec_json
 from opsweb.addresses import multiaddr
 from protocol.cli_support import (DEFAULT_SKIP, EXIT_USAGE, OneLineErrorParser, add_version_flag, fail_usage,
-                                  positive_int, run_name, skip_ratio)
+                                  learning_rate, non_negative_int, positive_int, run_name, skip_ratio)
 from protocol.logsetup import add_logging_flags, setup_logging
 from protocol.settings import add_config_flag, apply_settings, port_or_off
 
@@ -45,12 +45,12 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     add_data_arguments(p)
     add_resume_argument(p)
     p.add_argument("--seed", type=int, default=0, help="seed for model init, data and planning")
-    p.add_argument("--steps", type=int, default=0, help="iterations to train; 0 = until stopped")
+    p.add_argument("--steps", type=non_negative_int, default=0, help="iterations to train; 0 = until stopped")
     p.add_argument("--microbatch-samples", type=positive_int, default=4)
     p.add_argument("--seq-len", type=positive_int, default=64)
     p.add_argument("--microbatches", type=positive_int, default=4, help="microbatches per stage-0 peer per iteration")
-    p.add_argument("--lr", type=float, default=3e-3, help="peak AdamW learning rate")
-    p.add_argument("--warmup", type=int, default=5, help="warm-up iterations")
+    p.add_argument("--lr", type=learning_rate, default=3e-3, help="peak AdamW learning rate")
+    p.add_argument("--warmup", type=non_negative_int, default=5, help="warm-up iterations")
     p.add_argument("--host-maddrs", type=multiaddr, nargs="+", default=["/ip4/0.0.0.0/tcp/0"], metavar="MADDR")
     p.add_argument("--announce-maddrs", type=multiaddr, nargs="+", default=[], metavar="MADDR")
     p.add_argument("--initial-peers", type=multiaddr, nargs="+", default=[], metavar="MADDR",

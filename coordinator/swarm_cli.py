@@ -15,7 +15,7 @@ from protocol.errors import ProtocolError
 from protocol.messages import SHARE_DTYPES
 from protocol.topology import load_topology
 from protocol.cli_support import (DEFAULT_SKIP, OneLineErrorParser, add_version_flag, fail_usage,
-                                  positive_int, run_name, skip_ratio)
+                                  learning_rate, positive_int, run_name, skip_ratio)
 from protocol.logsetup import add_logging_flags, setup_logging
 from protocol.settings import add_config_flag, apply_settings, port_or_off
 from opsweb.stopping import run_until_stopped
@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--microbatches", type=positive_int, default=4, help="microbatches per stage-0 peer per iteration")
     p.add_argument("--microbatch-samples", type=positive_int, default=4)
     p.add_argument("--seq-len", type=positive_int, default=64)
-    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--lr", type=learning_rate, default=3e-3)
     p.add_argument("--run", type=run_name, default="local", help="run name (default: local)")
     p.add_argument("--checkpoint-dir", type=Path, help="per-stage checkpoints; rerun with the same dir to resume")
     p.add_argument("--save-every", type=positive_int, default=1, metavar="N",

@@ -6,6 +6,7 @@ user-facing contract ("bad flag -> one line on stderr, exit 2") is part of the i
 Stdlib only (the multiaddr check, which needs the multiaddr package, is opsweb/addresses.py).
 """
 import argparse
+import math
 import sys
 
 from protocol.errors import FieldError
@@ -35,6 +36,25 @@ def positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def learning_rate(text: str) -> float:
+    """The run spec's bound (protocol/messages.py), checked where the flag is parsed."""
+    from protocol.messages import MAX_LEARNING_RATE
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not (math.isfinite(value) and 0.0 < value <= MAX_LEARNING_RATE):
+        raise argparse.ArgumentTypeError(f"must be in (0, {MAX_LEARNING_RATE:g}], got {text}")
     return value
 
 

@@ -1,10 +1,14 @@
 """Control and data-plane messages (frozen dataclasses; the codec gives each a fixed code)."""
+import math
 from dataclasses import dataclass
 
 from protocol.errors import ErrorCode, FieldError
 from protocol.ids import check_run_name
 from protocol.schedule import Route
 from protocol.tensors import TensorChunk, TensorPayload
+
+
+MAX_LEARNING_RATE = 1.0     # Adam(W) above this diverges on any model: a forged or mistyped spec
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,16 @@ class RunSpec:
             raise FieldError("stage_sizes", f"needs {self.num_stages} entries")
         if not 0 <= self.vocab_size <= 1 << 22:
             raise FieldError("vocab_size", "must be in [0, 4194304]")
+        # values that decode fine but would wreck training: a spec read from the DHT is refused
+        # with these, whoever wrote it (a negative rate trains away from the data; no clipping
+        # lets one bad microbatch blow the weights up)
+        if not (math.isfinite(self.learning_rate) and 0.0 < self.learning_rate <= MAX_LEARNING_RATE):
+            raise FieldError("learning_rate", f"must be in (0, {MAX_LEARNING_RATE:g}]")
+        if not (math.isfinite(self.max_grad_norm) and self.max_grad_norm > 0.0):
+            raise FieldError("max_grad_norm", "must be a finite number > 0 (the run spec cannot turn clipping off)")
+        for name in ("warmup_steps", "max_steps"):
+            if getattr(self, name) < 0:
+                raise FieldError(name, "must be >= 0")
 
 
 @dataclass(frozen=True)

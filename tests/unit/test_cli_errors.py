@@ -135,3 +135,16 @@ def test_every_registered_subcommand_is_in_SUBCOMMANDS():
     assert tuple(sub.choices) == coordinator_cli.SUBCOMMANDS
     for name in coordinator_cli.SUBCOMMANDS:   # and every one takes --config, before or after its name
         assert coordinator_cli.with_subcommand(["--config", "c.toml", name])[:3] == [name, "--config", "c.toml"]
+
+
+@pytest.mark.parametrize("script", ["skippipe-coordinator", "skippipe-swarm"])
+@pytest.mark.parametrize("value", ["-0.01", "0", "5", "nan", "fast"])
+def test_a_learning_rate_outside_0_1_is_one_line(script, value, capsys):
+    # a negative rate trains away from the data: refused where it is typed, as the run spec
+    # refuses it when read from the DHT (protocol/messages.py)
+    one_line_usage_error(SCRIPTS[script], [*NEEDS.get(script, []), "--lr", value], capsys, contains="--lr")
+
+
+def test_negative_warm_up_and_steps_are_one_line(capsys):
+    for flag in ("--warmup", "--steps"):
+        one_line_usage_error(coordinator_cli.main, [flag, "-1"], capsys, contains=flag)

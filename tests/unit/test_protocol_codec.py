@@ -67,7 +67,9 @@ def run_specs(draw):
         run=draw(run_names), model=draw(text), num_stages=num_stages, skip_ratio=draw(ratios),
         seed=draw(i64), microbatch_samples=draw(st.integers(1, 2**31)),
         seq_len=draw(st.integers(1, 2**31)), microbatches_per_origin=draw(st.integers(1, 1000)),
-        learning_rate=draw(finite), warmup_steps=draw(i64), max_grad_norm=draw(finite),
+        learning_rate=draw(st.floats(min_value=0.0, max_value=1.0, exclude_min=True)),
+        warmup_steps=draw(st.integers(0, 2**63 - 1)),
+        max_grad_norm=draw(st.floats(min_value=0.0, exclude_min=True, allow_infinity=False)),
         stage_sizes=stage_sizes)
 
 
@@ -507,6 +509,13 @@ BAD_FIELDS = [
     (SPEC, ("skip_ratio",), 1, "skip_ratio"),           # int accepted as number, but out of range
     (SPEC, ("skip_ratio",), -0.1, "skip_ratio"),
     (SPEC, ("learning_rate",), NAN, "learning_rate"),
+    (SPEC, ("learning_rate",), -0.01, "learning_rate"),     # forged in a red-team run: trains away from the data
+    (SPEC, ("learning_rate",), 0.0, "learning_rate"),
+    (SPEC, ("learning_rate",), 5.0, "learning_rate"),
+    (SPEC, ("max_grad_norm",), 0.0, "max_grad_norm"),       # clipping off
+    (SPEC, ("max_grad_norm",), INF, "max_grad_norm"),
+    (SPEC, ("warmup_steps",), -1, "warmup_steps"),
+    (SPEC, ("max_steps",), -5, "max_steps"),
     (SPEC, ("num_stages",), 0, "num_stages"),
     (SPEC, ("num_stages",), False, "num_stages"),
     (SPEC, ("run",), "bad run", "run"),
