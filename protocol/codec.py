@@ -13,6 +13,7 @@ from protocol.adverts import LinkReport, PeerAdvert
 from protocol.errors import DecodeError, MessageTooLarge, ProtocolError, UnknownMessageType
 from protocol.plain import from_plain, to_plain
 from protocol.schedule import Schedule
+from protocol.signing import SignedRecord
 from protocol.spot_checks import SpotCheckRecord, SpotCheckReference, SpotCheckReport, SpotCheckRequest
 from protocol.tensors import TensorChunk
 from protocol.version import PROTOCOL_VERSION, check_compatible
@@ -50,6 +51,7 @@ TYPE_CODES: dict[type, int] = {
     SpotCheckRecord: 51,
     SpotCheckRequest: 52,
     SpotCheckReference: 53,
+    SignedRecord: 60,          # v1.4: the organiser's signature on the spec and schedules
 }
 TYPES_BY_CODE: dict[int, type] = {code: cls for cls, code in TYPE_CODES.items()}
 

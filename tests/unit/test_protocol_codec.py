@@ -14,6 +14,7 @@ import typing
 
 import msgpack
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +24,7 @@ from protocol.adverts import LinkMeasurement, LinkReport, PeerAdvert, PeerState
 from protocol.errors import (DecodeError, ErrorCode, FieldError, MessageTooLarge, ProtocolError,
                              TensorError, TopologyError, UnknownMessageType, VersionMismatch)
 from protocol.plain import to_plain
+from protocol.signing import KINDS, SignedRecord, sign
 from protocol.schedule import Hop, OrderEntry, PeerOrder, Phase, Route, Schedule, StageAssignment
 from protocol.tensors import DTYPE_ITEMSIZE, TensorChunk, TensorPayload
 from protocol.version import PROTOCOL_MAJOR, PROTOCOL_MINOR
@@ -122,6 +124,8 @@ STRATEGIES: dict[type, st.SearchStrategy] = {
     m.Ping: st.builds(m.Ping, nonce=i64, payload=st.binary(max_size=64)),
     m.Pong: st.builds(m.Pong, nonce=i64, payload=st.binary(max_size=64)),
     TensorChunk: chunks(),
+    SignedRecord: st.builds(lambda kind, payload, seed: sign(kind, payload, Ed25519PrivateKey.from_private_bytes(seed)),
+                            st.sampled_from(KINDS), st.binary(max_size=64), st.binary(min_size=32, max_size=32)),
 }
 
 

@@ -1,0 +1,78 @@
+"""The organiser's signature on the spec and schedules (protocol/signing.py), attacked the way
+an outsider or a member with DHT access would: another key, altered bytes, a swapped signer,
+a spec replayed as a schedule, a mangled pinned key."""
+import dataclasses
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from protocol import codec
+from protocol.errors import FieldError, ProtocolError
+from protocol.messages import RunSpec
+from protocol.signing import (KEY_PREFIX, SignatureError, SignedRecord, parse_public_key, public_key_text, sign,
+                              split_run_address, verify)
+
+ORGANISER, MALLORY = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
+PINNED = public_key_text(ORGANISER)
+SPEC = RunSpec("run-1", "tiny", 3, 1 / 3, learning_rate=3e-3)
+
+
+def signed_spec(key=ORGANISER, spec=SPEC) -> SignedRecord:
+    # through the wire codec both ways, as a peer reads it from the DHT
+    return codec.decode(codec.encode(sign("spec", codec.encode(spec), key)), expected=SignedRecord)
+
+
+def test_the_organisers_record_opens_under_the_pinned_key():
+    payload = verify(signed_spec(), PINNED, "spec")
+    assert codec.decode(payload, expected=RunSpec) == SPEC
+
+
+def test_a_record_signed_by_another_key_is_refused():
+    with pytest.raises(SignatureError, match="not by the run's organiser key"):
+        verify(signed_spec(MALLORY), PINNED, "spec")
+
+
+def test_a_forger_who_names_the_organiser_as_signer_is_refused():
+    forged = dataclasses.replace(signed_spec(MALLORY), signer=PINNED)
+    with pytest.raises(SignatureError, match="does not match"):
+        verify(forged, PINNED, "spec")
+
+
+def test_altered_payload_or_signature_is_refused():
+    record = signed_spec()
+    evil = codec.encode(dataclasses.replace(SPEC, learning_rate=0.9))
+    with pytest.raises(SignatureError):
+        verify(dataclasses.replace(record, payload=evil), PINNED, "spec")
+    flipped = bytes([record.signature[0] ^ 1]) + record.signature[1:]
+    with pytest.raises(SignatureError):
+        verify(dataclasses.replace(record, signature=flipped), PINNED, "spec")
+
+
+def test_a_signed_spec_cannot_be_replayed_as_a_schedule():
+    record = signed_spec()
+    with pytest.raises(SignatureError, match="expected a signed schedule"):
+        verify(record, PINNED, "schedule")
+    relabelled = dataclasses.replace(record, kind="schedule")     # the signature covers the kind
+    with pytest.raises(SignatureError, match="does not match"):
+        verify(relabelled, PINNED, "schedule")
+
+
+@pytest.mark.parametrize("text", ["", "ed25519", "rsa:AAAA", KEY_PREFIX + "!!!", KEY_PREFIX + "AAAA",
+                                  PINNED + "A", PINNED[:-1] + ("B" if PINNED[-1] != "B" else "C") + "=", None, 5])
+def test_malformed_keys_are_field_errors(text):
+    with pytest.raises(FieldError):
+        parse_public_key(text)
+
+
+def test_malformed_records_are_protocol_errors():
+    record = signed_spec()
+    for change in ({"signature": b"short"}, {"signer": "nobody"}, {"kind": "advert"}):
+        with pytest.raises(ProtocolError):
+            dataclasses.replace(record, **change)
+
+
+def test_run_address_carries_the_key():
+    assert split_run_address("demo") == ("demo", None)
+    assert split_run_address(f"demo@{PINNED}") == ("demo", PINNED)
+    with pytest.raises(FieldError):
+        split_run_address("demo@ed25519:nope")
