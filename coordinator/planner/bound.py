@@ -3,13 +3,11 @@ reads `plan` / `simulate`) can tell how much a schedule loses to contention and 
 
 The relaxation keeps the partition (which nodes host which stage), each origin's microbatches
 and the path length L, and drops everything that makes scheduling hard:
-- any microbatch may visit the L - 1 stages that are cheapest for it, each on its cheapest
-  replica, entered over that replica's cheapest link from a node of another stage (activation
-  there, gradient back), and returns to its origin over the origin's cheapest such link; no
-  task or transfer ever waits;
-- so one microbatch of origin o takes at least path(o) = its stage-0 forward + head + backward
-  on o, plus those L - 1 cheapest (compute + entering round trip) terms, plus o's cheapest
-  incoming round trip;
+- any microbatch may visit any L - 1 distinct non-zero stages, in any order, on any of their
+  replicas, and no task or transfer ever waits: one microbatch of origin o takes at least
+  path(o), the shortest such route (links both ways, forward and backward compute, o's own
+  stage-0 forward + head + backward), found exactly by a shortest path over (stages visited,
+  node);
 - o holds each of its microbatches from its forward to its backward, `memory` at a time, so
   its M microbatches take at least ceil(M / memory) x path(o); and o computes all of its own
   stage-0 work alone: M x (forward + head + backward);
@@ -18,16 +16,39 @@ The bound is the largest of these; the gradient exchange and the boundary are le
 """
 import math
 
+import numpy as np
+
 from coordinator.planner.costs import CostModel
 from protocol.schedule import Schedule
 from protocol.topology import Topology
 
 
-def _cheapest_entry(cost: CostModel, node: int, stage_at: dict[int, int]) -> float:
-    """The cheapest round trip into `node` from a node of another stage (a hop never stays
-    within a stage)."""
-    trips = [cost.round_trip_list[u][node] for u, s in stage_at.items() if s != stage_at[node]]
-    return min(trips, default=0.0)
+def cheapest_route(cost: CostModel, origin: int, stage_nodes: dict[int, list[int]], extra: int) -> float:
+    """The fastest one microbatch of `origin` can go out through `extra` distinct non-zero
+    stages and back, with nothing waiting: a shortest path over (stages visited, node), in
+    any stage order (the path rules only remove orders, so this stays a lower bound)."""
+    rt = np.asarray(cost.round_trip)
+    own = cost.fwd_list[origin][0] + cost.bwd_list[origin][0] + cost.head_list[origin]
+    if extra == 0:
+        return own
+    stages = sorted(s for s in stage_nodes if s != 0)
+    work = {s: np.array([cost.fwd_list[k][s] + cost.bwd_list[k][s] for k in stage_nodes[s]]) for s in stages}
+    # frontier: frozenset of visited stages -> {last stage: cost vector over its nodes}
+    frontier = {frozenset([s]): {s: rt[origin, stage_nodes[s]] + work[s]} for s in stages}
+    for _ in range(extra - 1):
+        grown: dict[frozenset, dict[int, np.ndarray]] = {}
+        for visited, ends in frontier.items():
+            for t in stages:
+                if t in visited:
+                    continue
+                ks = stage_nodes[t]
+                arrive = np.min([(c[:, None] + rt[np.ix_(stage_nodes[s], ks)]).min(axis=0) for s, c in ends.items()],
+                                axis=0) + work[t]
+                slot = grown.setdefault(visited | {t}, {})
+                slot[t] = np.minimum(slot[t], arrive) if t in slot else arrive
+        frontier = grown
+    back = min(float((c + rt[stage_nodes[s], origin]).min()) for ends in frontier.values() for s, c in ends.items())
+    return own + back
 
 
 def lower_bound(schedule: Schedule, topology: Topology, cost: CostModel | None = None) -> float:
@@ -37,15 +58,10 @@ def lower_bound(schedule: Schedule, topology: Topology, cost: CostModel | None =
     if not schedule.routes:
         return 0.0
     stage_of = {p: s for p, s in schedule.stage_of().items() if p in cost.index}
-    stage_at = {cost.index[p]: s for p, s in stage_of.items()}
-    replicas: dict[int, list[int]] = {}
+    stage_nodes: dict[int, list[int]] = {}
     for p, s in stage_of.items():
-        replicas.setdefault(s, []).append(cost.index[p])
-    # per non-zero stage: the cheapest replica's compute plus its cheapest way in
-    visit = sorted(min(cost.fwd_list[r][s] + cost.bwd_list[r][s] + _cheapest_entry(cost, r, stage_at) for r in rs)
-                   for s, rs in replicas.items() if s != 0)
-    work = sorted(min(cost.fwd_list[r][s] + cost.bwd_list[r][s] for r in rs) for s, rs in replicas.items() if s != 0)
-    extra = max(len(r.hops) for r in schedule.routes) - 1
+        stage_nodes.setdefault(s, []).append(cost.index[p])
+    extra = min(max(len(r.hops) for r in schedule.routes) - 1, sum(1 for s in stage_nodes if s != 0))
     per_origin: dict[str, int] = {}
     for route in schedule.routes:
         per_origin[route.origin] = per_origin.get(route.origin, 0) + 1
@@ -53,8 +69,9 @@ def lower_bound(schedule: Schedule, topology: Topology, cost: CostModel | None =
     for origin, count in per_origin.items():
         o = cost.index[origin]
         own = cost.fwd_list[o][0] + cost.bwd_list[o][0] + cost.head_list[o]
-        path = own + sum(visit[:extra]) + (_cheapest_entry(cost, o, stage_at) if extra else 0.0)
+        path = cheapest_route(cost, o, stage_nodes, extra)
         bound = max(bound, count * own, math.ceil(count / max(1, cost.memory[o])) * path)
+    work = sorted(min(cost.fwd_list[r][s] + cost.bwd_list[r][s] for r in rs) for s, rs in stage_nodes.items() if s != 0)
     others = sum(1 for s in stage_of.values() if s != 0)
     if others and extra:
         bound = max(bound, len(schedule.routes) * sum(work[:extra]) / others)
