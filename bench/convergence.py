@@ -2,7 +2,7 @@
 and the held-out perplexity with half of the non-stage-0 stages omitted at inference.
 
 Each run trains the tiny model on the embedded corpus with the real pipeline worker and
-handlers in one process (tests/integration/memory_swarm.py: in-memory transport, no sockets;
+handlers in one process (bench/support/memory_swarm.py: in-memory transport, no sockets;
 timing plays no part here, only what is computed). Schedules come from the planner on a
 single-cluster topology of --nodes nodes: k = 0 is the full pipeline (strategy full), k > 0 is
 SkipPipe. Every run has the same data nodes, microbatches and iterations, so the same tokens.
@@ -33,8 +33,8 @@ from peer.data import TextDataset, load_corpus
 from peer.evaluate import perplexity
 from peer.pipeline.checkpoint import CheckpointStore
 from peer.pipeline.worker import WorkerSettings
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for tests/
-from tests.integration.memory_swarm import run_memory_swarm  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for bench.support
+from bench.support.memory_swarm import run_memory_swarm  # noqa: E402
 
 SKIPS = (0.0, 0.25, 0.5)
 

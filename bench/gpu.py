@@ -38,7 +38,7 @@ from peer.pipeline.worker import PipelineWorker, WorkerSettings  # noqa: E402
 from peer.transport.memory import MemoryNetwork  # noqa: E402
 from peer.transport.rpc import RpcClient, RpcServer  # noqa: E402
 from protocol import messages as m  # noqa: E402
-from tests.integration.memory_swarm import batches_for, make_schedule  # noqa: E402
+from bench.support.memory_swarm import batches_for, make_schedule  # noqa: E402
 
 
 def sync(dev: torch.device) -> None:

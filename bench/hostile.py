@@ -17,8 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.swarm.harness import coordinator, peers, wait_for  # noqa: E402
-from tests.swarm.soak import start_rogue, stop_rogue  # noqa: E402
+from bench.support.harness import coordinator, peers, wait_for  # noqa: E402
+from bench.support.soak import start_rogue, stop_rogue  # noqa: E402
 
 
 def peak_rss_mb(pid: int) -> float:

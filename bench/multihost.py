@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.emulator_check import emulated_times  # noqa: E402
 from bench.netns import Hosts, unavailable_reason  # noqa: E402
-from tests.swarm.netns import iterations, start_coordinator, start_peer, wait_iterations, wait_maddrs  # noqa: E402
+from bench.support.netns_swarm import iterations, start_coordinator, start_peer, wait_iterations, wait_maddrs  # noqa: E402
 
 HOSTS = 5
 RUN = "t"

@@ -4,7 +4,8 @@ Host i lives in namespace sp-<tag>-<i> with one veth (vh<tag><i>) and one addres
 /24 (10.213.<rand>.0/24) that exists only inside these namespaces; the bridge lives in its own
 namespace sp-<tag>-br, so the root namespace gets no new address or route. Needs root and
 iproute2. Everything is torn down in close() (processes, then namespaces, which takes the veths
-with them), also when a test fails. Used by tests/swarm/netns.py and bench/multihost.py.
+with them), also when a test fails. Used by bench/support/netns_swarm.py, bench/multihost.py and
+tests/swarm/netns.py.
 """
 import ctypes
 import os

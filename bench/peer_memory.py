@@ -16,7 +16,7 @@ from pathlib import Path
 
 from peer.compute.device import stage_budget
 from peer.compute.model import count_parameters, get_config
-from tests.swarm.harness import coordinator, peers, wait_for
+from bench.support.harness import coordinator, peers, wait_for
 
 MODEL = "tiny"
 STAGES = 2

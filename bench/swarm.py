@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 from hivemind.p2p import P2P
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # bench/ and tests/ helpers
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # the repo root, for bench.* helpers
 
 from protocol import messages as m  # noqa: E402
 from protocol.tensors import TensorPayload  # noqa: E402

@@ -8,7 +8,7 @@ SPEC is one or more comma-separated faults:
   stall@N[:F]     from iteration N on, every compute task takes F times as long (default 10)
   corrupt@N[:S]   from iteration N on, this peer's forward outputs carry noise of S times their
                   RMS (default 0.2): a peer returning wrong activations, for spot checks to
-                  catch. It still answers spot-check requests honestly (see README "Wrong results").
+                  catch. It still answers spot-check requests honestly (see docs/security.md, "Wrong results").
 A kill is a real `kill -9` of our own process: no goodbye, no OFFLINE advert.
 """
 import math

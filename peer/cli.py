@@ -131,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="requests per second accepted from one peer before answering OVERLOADED (default: 100)")
     p.add_argument("--spot-check-rate", type=rate_0_1, default=0.0, metavar="F",
                    help="share of the forwards we send that another replica recomputes, to catch peers returning "
-                        "wrong activations (0..1; default: 0, off; see README \"Wrong results\")")
+                        "wrong activations (0..1; default: 0, off; see docs/security.md, \"Wrong results\")")
     p.add_argument("--fault", type=fault_spec, default="", metavar="SPEC",
                    help="testing only: inject faults, e.g. kill@3:backward, stall@5:10 or corrupt@2 (see peer/chaos.py)")
     p.add_argument("--metrics-port", type=port_or_off, default=None, metavar="PORT|off",

@@ -1,5 +1,5 @@
 """The topology file `skippipe-topology/1` (JSON), read by the planner, simulator and the
-link emulator. See README "Topology file" for the field reference.
+link emulator. See docs/architecture.md, "Topology file", for the field reference.
 """
 import json
 import math

@@ -42,7 +42,7 @@ class Overheads:
 
 # The local swarm (skippipe-swarm: 10-12 peer processes, each with its p2pd, on 2 shared cores),
 # measured with timing hooks around the worker's tasks and the real RPCs in
-# bench/swarm_vs_full.py runs (README "Results"): a task's wall time averages 8-13 ms where the
+# bench/swarm_vs_full.py runs (docs/results.md): a task's wall time averages 8-13 ms where the
 # peer benchmark predicts 1-2 ms of compute -> task_s 0.01; a real loopback RPC round trip
 # averages 20-30 ms for an activation (median 8-13 ms; 2 ms on an idle box, bench/swarm.py),
 # to which the emulator's timers and the hand-offs on a loaded event loop add: hop_s 0.06 is

@@ -14,7 +14,7 @@ SpotCheckReport in its own DHT record; the coordinator bans on failures (coordin
 
 Best effort: nothing here blocks training or raises into the worker. Every wait is bounded; the
 halves waiting at Z for their partner are capped in number and age; failures are logged at
-debug level. Limits (README "Security model"): replicas must hold the same parameters (they do
+debug level. Limits (docs/security.md): replicas must hold the same parameters (they do
 after every averaged step), and with two replicas a disagreement names the peer whose forward
 was checked, so a replica lying only in its spot-check answers makes its honest twin look bad.
 """

@@ -9,7 +9,7 @@ from protocol import messages as m
 
 from peer.compute.model import get_config
 from peer.compute.stages import reference_forward
-from tests.integration.memory_swarm import batches_for, make_schedule, run_memory_swarm
+from bench.support.memory_swarm import batches_for, make_schedule, run_memory_swarm
 
 SPEC = m.RunSpec(run="t", model="tiny", num_stages=3, skip_ratio=0.0, seed=3, microbatch_samples=2,
                  seq_len=16, microbatches_per_origin=2, max_steps=1, learning_rate=1e-3, warmup_steps=1)

@@ -15,7 +15,7 @@ from peer.pipeline.schedule_book import ScheduleBook
 from peer.pipeline.worker import PipelineWorker, WorkerSettings
 from peer.transport.memory import MemoryNetwork
 from peer.transport.rpc import RemoteError, RpcClient, RpcServer
-from tests.integration.memory_swarm import make_schedule
+from bench.support.memory_swarm import make_schedule
 
 SPEC = m.RunSpec(run="t", model="tiny", num_stages=2, skip_ratio=0.0, microbatch_samples=2, seq_len=8)
 SCHEDULE = make_schedule("t", {"p0": 0, "p1": 1}, {0: ["p0", "p1"]}, epoch=3)

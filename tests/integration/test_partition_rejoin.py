@@ -7,7 +7,7 @@ import torch
 
 from protocol import messages as m
 
-from tests.integration.memory_swarm import batches_for, build_memory_swarm, make_schedule
+from bench.support.memory_swarm import batches_for, build_memory_swarm, make_schedule
 
 SPEC = m.RunSpec(run="t", model="tiny", num_stages=3, skip_ratio=0.0, seed=3, microbatch_samples=2,
                  seq_len=16, microbatches_per_origin=2, max_steps=10, learning_rate=1e-3, warmup_steps=1)

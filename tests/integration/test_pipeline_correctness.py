@@ -8,7 +8,7 @@ from protocol import messages as m
 
 from peer.compute.model import Decoder, get_config
 from peer.compute.stages import build_stage, reference_forward
-from tests.integration.memory_swarm import batches_for, make_schedule, run_memory_swarm
+from bench.support.memory_swarm import batches_for, make_schedule, run_memory_swarm
 
 SPEC = m.RunSpec(run="t", model="tiny", num_stages=3, skip_ratio=0.0, seed=7,
                  microbatch_samples=2, seq_len=16, microbatches_per_origin=2, max_steps=1,

@@ -11,7 +11,7 @@ from protocol import messages as m
 from coordinator.swarm_view import BanList
 from peer.chaos import corrupting, parse_faults
 from peer.security.spot_check import SpotSampler
-from tests.integration.memory_swarm import batches_for, build_memory_swarm, make_schedule
+from bench.support.memory_swarm import batches_for, build_memory_swarm, make_schedule
 
 SPEC = m.RunSpec(run="t", model="tiny", num_stages=3, skip_ratio=0.0, seed=3, microbatch_samples=2, seq_len=8,
                  microbatches_per_origin=4, max_steps=3, learning_rate=1e-3, warmup_steps=1)

@@ -20,7 +20,7 @@ class LiveSwarm:
         return asyncio.run_coroutine_threadsafe(asyncio.wait_for(coro, timeout), self.loop).result()
 
     def start(self, coordinator_cm, peers_cm_factory, timeout: float = 120.0) -> None:
-        """coordinator_cm: an async context manager yielding the app (tests.swarm.harness.coordinator);
+        """coordinator_cm: an async context manager yielding the app (bench.support.harness.coordinator);
         peers_cm_factory(app): a context manager yielding the peer processes (harness.peers)."""
         async def up():
             self.app = await self._stack.enter_async_context(coordinator_cm)

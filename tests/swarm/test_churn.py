@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from protocol.topology import TOPOLOGY_FORMAT, Links, Node, Topology, Workload, topology_to_json
-from tests.swarm.harness import coordinator, peers, wait_for
+from bench.support.harness import coordinator, peers, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 PER_ITERATION = 2 * 2          # 2 stage-0 peers x --microbatches 2

@@ -23,8 +23,8 @@ from peer.pipeline.worker import PipelineWorker, WorkerSettings
 from peer.security.limits import Admission, Limits
 from peer.transport.hivemind_p2p import HivemindTransport
 from peer.transport.rpc import RpcClient, RpcServer
-from tests.integration.memory_swarm import make_schedule
-from tests.swarm import rogue
+from bench.support.memory_swarm import make_schedule
+from bench.support import rogue
 from tests.unit.test_protocol_codec import any_message
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]

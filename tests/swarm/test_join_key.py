@@ -10,8 +10,8 @@ from protocol import messages as m
 from protocol.errors import ErrorCode
 
 from coordinator.dht_io import CoordinatorRecords
-from tests.swarm import rogue
-from tests.swarm.harness import coordinator, peers, wait_for
+from bench.support import rogue
+from bench.support.harness import coordinator, peers, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

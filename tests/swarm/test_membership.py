@@ -7,7 +7,7 @@ import signal
 import pytest
 
 from protocol.adverts import PeerState
-from tests.swarm.harness import coordinator, peers, wait_for
+from bench.support.harness import coordinator, peers, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

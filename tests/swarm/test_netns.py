@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.swarm.netns import (iterations, links, make_hosts, make_module_hosts, start_coordinator, start_peer, status,
-                               wait_iterations, wait_maddrs)
+from bench.support.netns_swarm import iterations, start_coordinator, start_peer, wait_iterations, wait_maddrs
+from tests.swarm.netns import links, make_hosts, make_module_hosts, status
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 __all__ = ["make_hosts", "make_module_hosts"]   # the fixtures, imported so pytest sees them here

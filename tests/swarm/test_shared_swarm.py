@@ -17,10 +17,10 @@ import urllib.request
 
 import pytest
 
-from tests.swarm.harness import coordinator, peers, planned_with, wait_for
+from bench.support.harness import coordinator, peers, planned_with, wait_for
 from tests.swarm.live import LiveSwarm
-from tests.swarm.rogue import FORGED_SPEED
-from tests.swarm.soak import rss_mb, start_rogue, stop_rogue
+from bench.support.rogue import FORGED_SPEED
+from bench.support.soak import rss_mb, start_rogue, stop_rogue
 from tests.swarm.status_dom import CHROMIUM, Dom, chromium, metrics_url
 from tests.unit.test_status_prom import samples
 

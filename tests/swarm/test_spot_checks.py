@@ -8,7 +8,7 @@ import pytest
 
 from coordinator.emulated_topology import make_identity
 from coordinator.local_swarm import start_peer, stop_processes
-from tests.swarm.harness import LOOPBACK, coordinator, planned_with, wait_for
+from bench.support.harness import LOOPBACK, coordinator, planned_with, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 

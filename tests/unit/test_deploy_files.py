@@ -134,9 +134,10 @@ def test_grafana_dashboard_uses_only_metrics_the_code_exports():
     assert any(m.startswith("skippipe_peer_") for m in used) and any(m.startswith("skippipe_coordinator_") for m in used)
 
 
-def test_readme_docker_command_is_reachable_from_other_peers():
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Docker", 1)[1]
+@pytest.mark.parametrize("doc", ["README.md", "docs/deployment.md"])
+def test_documented_docker_command_is_reachable_from_other_peers(doc):
+    text = (ROOT / doc).read_text()
+    section = text.split("## Docker", 1)[1]
     runs = [line for line in re.findall(r"```\n(.*?)```", section, re.S)[0].replace("\\\n", " ").splitlines()
             if line.startswith("docker run")]
     assert runs

@@ -15,7 +15,7 @@ from peer.pipeline import spot_checks as sc
 from peer.pipeline.worker import WorkerSettings
 from peer.routing.health import Health
 from peer.transport.rpc import RemoteError
-from tests.integration.memory_swarm import make_schedule
+from bench.support.memory_swarm import make_schedule
 
 SPEC = m.RunSpec(run="t", model="tiny", num_stages=3, skip_ratio=0.0, microbatch_samples=2, seq_len=8)
 STAGE_OF = {"o": 0, "p": 1, "q": 1, "r": 1, "z": 2}

@@ -1,10 +1,10 @@
 """A rogue swarm participant: malformed and malicious requests at real peers over hivemind P2P.
 
-Used by tests/swarm/test_shared_swarm.py (as a subprocess, through tests/swarm/soak.py) and
+Used by tests/swarm/test_shared_swarm.py (as a subprocess, through bench/support/soak.py) and
 bench/hostile.py. Every request is bounded in time; the process only talks to the addresses it
 is given (127.0.0.1 in tests).
 
-    python -m tests.swarm.rogue --initial-peers MADDR --run NAME --duration S --rate R
+    python -m bench.support.rogue --initial-peers MADDR --run NAME --duration S --rate R
 prints `ROGUE sent=<n> replies=<n> no_reply=<n> kinds=<n> dht_forgeries=<n>` at the end.
 """
 import argparse

@@ -1,4 +1,4 @@
-"""An in-process coordinator plus peer subprocesses, for swarm tests on 127.0.0.1."""
+"""An in-process coordinator plus peer subprocesses on 127.0.0.1, for swarm tests and benchmarks."""
 import asyncio
 import contextlib
 import dataclasses

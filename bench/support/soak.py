@@ -1,4 +1,4 @@
-"""Launching the rogue (tests/swarm/rogue.py) as its own process, and reading a process's memory:
+"""Launching the rogue (bench/support/rogue.py) as its own process, and reading a process's memory:
 for the hostile soak in tests/swarm/test_shared_swarm.py and bench/hostile.py."""
 import os
 import signal
@@ -22,7 +22,7 @@ def rss_mb(pid: int) -> float:
 def start_rogue(maddrs, run, duration_s, rate, log_path, count=0) -> subprocess.Popen:
     log = open(log_path, "wb")
     try:
-        return subprocess.Popen([sys.executable, "-m", "tests.swarm.rogue", "--initial-peers", *maddrs, "--run", run,
+        return subprocess.Popen([sys.executable, "-m", "bench.support.rogue", "--initial-peers", *maddrs, "--run", run,
                                  "--duration", str(duration_s), "--rate", str(rate), "--count", str(count)],
                                 cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     finally:
