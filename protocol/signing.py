@@ -12,6 +12,7 @@ import binascii
 from dataclasses import dataclass
 
 from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from protocol.errors import ErrorCode, FieldError, ProtocolError
@@ -49,7 +50,7 @@ KINDS = ("spec", "schedule")
 def public_key_text(key: Ed25519PublicKey | Ed25519PrivateKey) -> str:
     if isinstance(key, Ed25519PrivateKey):
         key = key.public_key()
-    return public_key_text_raw(key.public_bytes_raw())
+    return public_key_text_raw(key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw))
 
 
 def parse_public_key(text: str, field: str = "key") -> Ed25519PublicKey:

@@ -4,7 +4,8 @@ plus importlib.import_module / __import__ with a literal name) of every source f
 protocol/, coordinator/ and peer/ is resolved to an absolute module name and checked against
 the rules below.
 
-    protocol/             stdlib + msgpack only; nothing of ours; no asyncio (nor torch, hivemind, numpy)
+    protocol/             stdlib + msgpack + cryptography (the organiser's signature) only; nothing of ours;
+                          no asyncio (nor torch, hivemind, numpy)
     coordinator/planner/  protocol + stdlib + numpy + itself; no asyncio, torch, hivemind, peer,
                           nor any coordinator.* module outside coordinator.planner
     coordinator/          never peer, never torch
@@ -114,8 +115,8 @@ def rule_problems(module: str, imp: Import) -> list[str]:
             bad("protocol/ imports nothing of ours")
         elif imp.top == "asyncio":
             bad("protocol/ uses no asyncio")
-        elif imp.top not in STDLIB and imp.top not in ("msgpack", "protocol"):
-            bad("protocol/ depends on the standard library and msgpack only")
+        elif imp.top not in STDLIB and imp.top not in ("msgpack", "cryptography", "protocol"):
+            bad("protocol/ depends on the standard library, msgpack and cryptography only")
     if module.startswith("coordinator.planner"):
         if imp.top == "asyncio":
             bad("the planner is pure: no asyncio")
