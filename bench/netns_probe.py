@@ -69,7 +69,7 @@ def main(argv: list[str]) -> int:
             links = asyncio.run(records.get_links())
             out = {r: {x.peer_id: x.bandwidth_bytes_s for x in rep.links} for r, rep in links.items()}
         elif what == "schedule":
-            schedule = asyncio.run(records.get_schedule())
+            schedule = asyncio.run(records.get_schedule(any_signer=True))
             hops: dict[str, int] = {}
             for route in schedule.routes if schedule else ():
                 for hop in route.hops:

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Awaitable, Callable
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hivemind import DHT
 from opsweb.dht_process import safe_for_large_calls
 
@@ -18,6 +19,7 @@ from protocol.errors import FieldError
 from protocol.membership import JoinKeyError, create_join_key, load_join_key
 from protocol.messages import RunSpec
 from protocol.schedule import Schedule
+from protocol.signing import public_key_text
 
 from tokendata.transfer import DataServer
 
@@ -26,6 +28,7 @@ from coordinator.data_ledger import DataLedger
 from coordinator.data_resume import saved_cursor
 from coordinator.data_setup import RunData, resolve_run_data, servable_files
 from coordinator.dht_io import CoordinatorRecords, record_validators
+from coordinator.organiser_key import OrganiserKeyError, load_or_create_organiser_key, run_address
 from coordinator.planner import PlanConfig, PlanningError, plan
 from coordinator.progress import IterationSummary, ProgressTracker
 from coordinator.replanner import CollapseGuard, MembershipTracker, ReplanPolicy, switch_iteration
@@ -119,12 +122,15 @@ class CoordinatorApp:
         if cfg.maddrs_file:   # one left by a run that crashed names a dead peer id: gone until we are up
             remove_stale_maddrs_file(cfg.maddrs_file)
         # in a thread: the loop keeps answering Ctrl-C while the DHT comes up
+        organiser = load_organiser(cfg.organiser_key_path)
+        validators = record_validators(cfg.run)
         self.dht = await asyncio.to_thread(lambda: safe_for_large_calls(DHT(
             start=True, initial_peers=list(cfg.initial_peers) or None, host_maddrs=list(cfg.host_maddrs),
-            announce_maddrs=list(cfg.announce_maddrs) or None, record_validators=record_validators(cfg.run),
+            announce_maddrs=list(cfg.announce_maddrs) or None, record_validators=validators,
             shutdown_timeout=DHT_SHUTDOWN_S)))
+        self.records = CoordinatorRecords(self.dht, cfg.run, join_key, organiser, validators[0].local_public_key)
         try:
-            await until_stopped(self._serve(join_key), self.stop)
+            await until_stopped(self._serve(), self.stop)
             return 0
         finally:
             if self.http is not None:
@@ -135,9 +141,13 @@ class CoordinatorApp:
             # answering signals (a second Ctrl-C) meanwhile
             await asyncio.to_thread(shutdown_dht, self.dht)
 
-    async def _serve(self, join_key: bytes | None) -> None:
+    @property
+    def run_address(self) -> str:
+        """What peers pass to --run: the name and the organiser key they pin."""
+        return run_address(self.config.run, self.records.organiser)
+
+    async def _serve(self) -> None:
         cfg = self.config
-        self.records = CoordinatorRecords(self.dht, cfg.run, join_key)
         await self.records.put_spec(self.spec)
         await self._serve_data()
         previous = await self.records.get_schedule()
@@ -149,7 +159,7 @@ class CoordinatorApp:
             if self.resumed is not None:
                 self.ledger.resumed = (self.resumed.base, self.resumed.retry)
         logger.info("run %r is up. Peers join with:\n  skippipe-peer --run %s --initial-peers %s",
-                    cfg.run, cfg.run, " ".join(self.maddrs))
+                    cfg.run, self.run_address, " ".join(self.maddrs))
         await self._start_status_page()
         if cfg.maddrs_file:
             write_maddrs_file(cfg.maddrs_file, self.maddrs)
@@ -328,13 +338,24 @@ async def until_stopped(work: Awaitable, stop: asyncio.Event) -> None:
         raise task.exception()
 
 
+def load_organiser(path: str) -> Ed25519PrivateKey:
+    """The organiser key from `path` (created there if missing), or a new one for this start."""
+    if not path:
+        logger.warning("the organiser key is new for this start: peers that pinned the previous one will not "
+                       "follow a restarted coordinator (keep one with --organiser-key FILE)")
+        return Ed25519PrivateKey.generate()
+    key, created = load_or_create_organiser_key(path)
+    logger.info("%s organiser key %s (%s)", "created" if created else "loaded", path, public_key_text(key))
+    return key
+
+
 def run_coordinator(config: CoordinatorConfig, run_data: RunData | None = None) -> int:
     async def main(stop: asyncio.Event) -> int:
         return await CoordinatorApp(config, on_iteration=print_summary, run_data=run_data, stop=stop).run()
     try:
         spec_from_config(config, run_data)   # a bad setting is a one-line error before anything starts
         return run_until_stopped(main, "the coordinator")
-    except JoinKeyError as exc:
+    except (JoinKeyError, OrganiserKeyError) as exc:
         logger.error("%s", exc)
         return 1
     except FieldError as exc:

@@ -64,6 +64,10 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="admit only peers holding this secret file (created, mode 0600, if missing)")
     p.add_argument("--maddrs-file", default="", metavar="FILE",
                    help="write the multiaddrs peers pass to --initial-peers into FILE once up (for scripts)")
+    p.add_argument("--organiser-key", default="", metavar="FILE",
+                   help="the key that signs the run spec and schedules (created, mode 0600, if missing); peers pin "
+                        "its public half (--run NAME@KEY, printed at start), so keep it: a coordinator restarted with "
+                        "it takes the run back (default: a new key each start)")
     add_logging_flags(p, "INFO")
     add_config_flag(p)
     p.set_defaults(func=run_command)
@@ -103,7 +107,7 @@ def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
         host_maddrs=tuple(args.host_maddrs), announce_maddrs=tuple(args.announce_maddrs),
         initial_peers=tuple(args.initial_peers), min_peers=args.min_peers, status_port=args.status_port,
         status_host=args.status_host, maddrs_file=args.maddrs_file,
-        join_key_path=args.join_key, data_dir=args.data, tokenizer=args.tokenizer, checkpoint_dir=args.checkpoint_dir,
+        join_key_path=args.join_key, organiser_key_path=args.organiser_key, data_dir=args.data, tokenizer=args.tokenizer, checkpoint_dir=args.checkpoint_dir,
     )
 
 

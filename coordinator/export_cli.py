@@ -92,7 +92,8 @@ def register(subparsers) -> None:
     p.add_argument("--checkpoint", type=Path, metavar="DIR", help="a run's checkpoint folder (--checkpoint-dir)")
     p.add_argument("--initial-peers", nargs="+", default=[], metavar="MADDR",
                    help="instead of --checkpoint: pull every stage's current weights from a live run's peers")
-    p.add_argument("--run", help="which run (if the folder holds several; required with --initial-peers)")
+    p.add_argument("--run", help="which run (if the folder holds several; required with --initial-peers, "
+                                 "where NAME@KEY accepts only that organiser key, as peers do)")
     p.add_argument("-o", "--output", type=Path, required=True, metavar="OUT", help="folder to write (new or empty)")
     p.add_argument("--tokenizer", help="the run's tokenizer: byte, bpe or a tokenizer.json (default: the one the "
                                        "checkpoint records, else byte)")

@@ -226,6 +226,8 @@ async def run_swarm(args, stop: asyncio.Event | None = None) -> int:
     from coordinator.app import CoordinatorApp  # hivemind: only once the flags are valid
     from coordinator.cli import hivemind_logs_as
     hivemind_logs_as(args.log_format)
+    logs = args.logs_dir or Path(tempfile.mkdtemp(prefix="skippipe-swarm-"))
+    logs.mkdir(parents=True, exist_ok=True)
     config = CoordinatorConfig(
         run=args.run, model=args.arch.name, model_config=to_spec_json(args.arch), num_stages=args.stages, skip_ratio=args.skip, strategy=args.strategy,
         seed=args.seed, max_steps=args.steps, microbatch_samples=args.microbatch_samples, seq_len=args.seq_len,
@@ -234,11 +236,10 @@ async def run_swarm(args, stop: asyncio.Event | None = None) -> int:
         join_key_path=str(args.join_key) if args.join_key else "", status_port=args.status_port,
         data_dir=args.data, tokenizer=args.tokenizer,
         checkpoint_dir=str(args.checkpoint_dir) if args.checkpoint_dir else "", switch_margin_s=args.switch_margin,
+        organiser_key_path=str(logs / "organiser.pem"),   # the peers pin it (--run NAME@KEY)
         overheads=LOCAL_SWARM_OVERHEADS)   # every peer on this one machine: its measured fixed costs
     printer = ProgressPrinter(args.steps, args.stages)
     app = CoordinatorApp(config, on_iteration=printer, run_data=args.run_data, stop=stop)
-    logs = args.logs_dir or Path(tempfile.mkdtemp(prefix="skippipe-swarm-"))
-    logs.mkdir(parents=True, exist_ok=True)
     emulated = []   # (node id, identity file) per peer, with --topology
     if args.topology_data is not None:
         emulated, node_map, map_path = assign_nodes(args.topology_data, logs / "emulation")
@@ -256,7 +257,7 @@ async def run_swarm(args, stop: asyncio.Event | None = None) -> int:
         if app.http is not None:
             print(f"status page: {app.http.url}", flush=True)
         for i in range(args.peers):
-            peer_args = ["--initial-peers", *app.maddrs, "--run", args.run, "--device", "cpu",
+            peer_args = ["--initial-peers", *app.maddrs, "--run", app.run_address, "--device", "cpu",
                          "--host-maddrs", "/ip4/127.0.0.1/tcp/0", "--log-level", args.log_level,
                          "--log-format", args.log_format,
                          "--public-name", f"local-{i}", "--announce-period", str(args.announce_period),

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from opsweb.addresses import multiaddr
 from protocol.cli_support import (EXIT_USAGE, OneLineErrorParser, add_version_flag, folder_problem,
-                                  positive_int, run_name)
+                                  positive_int, run_address, run_name)
 from protocol.messages import SHARE_BLOCK, SHARE_DTYPES
 from protocol.logsetup import add_logging_flags, setup_logging
 from protocol.settings import add_config_flag, apply_settings, port_or_off
@@ -88,7 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "values); all replicas still end bit-identical (default: %(default)s)")
     p.add_argument("--initial-peers", type=multiaddr, nargs="+", required=True, metavar="MADDR",
                    help="multiaddr(s) of a running coordinator or peer, as printed by skippipe-coordinator")
-    p.add_argument("--run", type=run_name, default="default", help="training run to join (default: default)")
+    p.add_argument("--run", type=run_address, default=("default", ""), metavar="NAME[@KEY]",
+                   help="training run to join, as the coordinator prints it: NAME@KEY accepts the run's spec and "
+                        "schedules only when signed by that organiser key; a plain NAME trusts the first key it "
+                        "sees (default: default)")
     p.add_argument("--stage", type=stage_arg, default=STAGE_AUTO, metavar="auto|K",
                    help="pipeline stage to host; 'auto' lets the coordinator choose (default)")
     p.add_argument("--host-maddrs", type=multiaddr, nargs="+", default=["/ip4/0.0.0.0/tcp/0"], metavar="MADDR",
@@ -184,7 +187,7 @@ def config_from_args(args: argparse.Namespace) -> PeerConfig:
     from peer.compute.device import parse_device  # torch: only once the flags parsed
     device = str(parse_device(args.gpu, args.device))
     return PeerConfig(
-        initial_peers=tuple(args.initial_peers), run=args.run, device=device, stage=args.stage,
+        initial_peers=tuple(args.initial_peers), run=args.run[0], organiser_key=args.run[1], device=device, stage=args.stage,
         host_maddrs=tuple(args.host_maddrs), announce_maddrs=tuple(args.announce_maddrs),
         data=args.data, cache_dir=args.cache_dir, checkpoint_dir=args.checkpoint_dir,
         save_every=args.save_every, keep_last=args.keep_last,

@@ -10,6 +10,7 @@ DEFAULT_CACHE_DIR = Path.home() / ".cache" / "skippipe"   # layer benchmarks (pe
 class PeerConfig:
     initial_peers: tuple[str, ...]
     run: str = "default"
+    organiser_key: str = ""                   # pinned (--run NAME@KEY); "" = trust the first key seen
     device: str = "cpu"                       # "cpu" or "cuda:N"
     max_vram_bytes: int = 0                   # --max-vram: cap on GPU memory; 0 = the whole GPU
     wire_dtype: str = "auto"                  # activations on the wire; auto = compute dtype (bf16 on CUDA)

@@ -101,8 +101,14 @@ async def _from_dht(initial_peers: list[str], run: str, join_key: Path | None):
     from peer.config import PeerConfig
     from peer.security.guard import PeerGuard
     from peer.transport.hivemind_p2p import HivemindTransport
-    config = PeerConfig(initial_peers=tuple(initial_peers), run=run, host_maddrs=("/ip4/127.0.0.1/tcp/0",)
-                        if all("/127.0.0.1/" in a for a in initial_peers) else ("/ip4/0.0.0.0/tcp/0",),
+    from protocol.signing import split_run_address
+    try:
+        run, organiser_key = split_run_address(run)      # NAME or NAME@KEY, as peers join
+    except ProtocolError as exc:
+        raise LiveExportError(f"--run: {exc}") from None
+    loopback = all("/127.0.0.1/" in a for a in initial_peers)
+    config = PeerConfig(initial_peers=tuple(initial_peers), run=run, organiser_key=organiser_key or "",
+                        host_maddrs=("/ip4/127.0.0.1/tcp/0",) if loopback else ("/ip4/0.0.0.0/tcp/0",),
                         join_key_path=join_key)
     try:
         guard = PeerGuard(config)

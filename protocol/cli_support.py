@@ -68,6 +68,17 @@ def run_name(text: str) -> str:
         raise argparse.ArgumentTypeError(getattr(exc, "problem", None) or str(exc)) from None
 
 
+def run_address(text: str) -> tuple[str, str]:
+    """--run NAME or NAME@KEY (the organiser key to pin, as the coordinator prints it):
+    (name, key or "")."""
+    from protocol.signing import split_run_address
+    try:
+        name, key = split_run_address(text)
+        return check_run_name(name), key or ""
+    except (FieldError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(getattr(exc, "problem", None) or str(exc)) from None
+
+
 def folder_problem(path, flag: str) -> str | None:
     """Why `path` cannot serve as a folder we write into (created if missing), or None: so a
     cache or checkpoint folder fails as one line at start-up, not as a traceback later."""

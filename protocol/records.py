@@ -32,3 +32,16 @@ def decode_subkey_records(records: Any, expected: type,
             continue
         decoded[owner if claimed is None else claimed] = message
     return decoded, problems
+
+
+def dht_values(value: Any) -> list[bytes]:
+    """The byte values of one DHT key, oldest expiry first: a plain value is one; a subkey
+    dictionary (hivemind's {subkey: ValueWithExpiration}) gives one per subkey."""
+    if value is None:
+        return []
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return [bytes(value)]
+    if isinstance(value, dict):
+        entries = sorted(value.values(), key=lambda e: getattr(e, "expiration_time", 0.0))
+        return [bytes(e.value) for e in entries if isinstance(getattr(e, "value", None), (bytes, bytearray))]
+    return []

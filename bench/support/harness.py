@@ -32,7 +32,7 @@ def peers(app: CoordinatorApp, tmp_path, count: int, *extra: str, stages: list[i
     procs = []
     try:
         for i in range(count):
-            args = ["--initial-peers", *app.maddrs, "--run", app.config.run, "--device", "cpu",
+            args = ["--initial-peers", *app.maddrs, "--run", app.run_address, "--device", "cpu",
                     "--host-maddrs", *LOOPBACK, "--cache-dir", str(tmp_path / "cache"), *extra]
             if stages is not None:
                 args += ["--stage", str(stages[i])]

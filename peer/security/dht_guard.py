@@ -2,8 +2,11 @@
 
 - hivemind's RSASignatureValidator: a subkey `[owner:<key>]` changes only with that key's
   signature, so a peer can write only its own subkey.
-- hivemind's SchemaValidator: the per-peer keys (peers, links, progress) accept only owned
-  subkeys and bounded byte values, so nobody can add an unsigned subkey beside them.
+- hivemind's SchemaValidator: the per-peer keys (peers, links, progress) and the coordinator's
+  (spec, schedule) accept only owned subkeys and bounded byte values, so nobody can add an
+  unsigned subkey beside them nor replace the whole dictionary with a plain value.
+- ExpiryBound: no record may expire more than 2 h ahead (a forged record cannot outlive the
+  honest refreshes for a month).
 - MemberAdvertValidator (only with a join key): an advert without a valid member proof is
   refused at store time, so non-members cannot write adverts into members' nodes.
 Readers still check every record (protocol.records), since a stranger's own node stores anything.
@@ -23,6 +26,7 @@ from hivemind.dht.schema import BytesWithPublicKey, SchemaValidator
 from hivemind.dht.validation import DHTRecord, RecordValidatorBase
 from hivemind.utils.crypto import RSAPrivateKey
 
+from opsweb.dht_expiry import ExpiryBound
 from protocol import codec, ids
 from protocol.adverts import PeerAdvert
 from protocol.errors import ProtocolError
@@ -30,6 +34,7 @@ from protocol.membership import is_member
 from protocol.owner import BadOwnerKey, peer_id_of_subkey
 
 MAX_RECORD_BYTES = 64 * 1024
+MAX_CONTROL_RECORD_BYTES = 4 * 1024 * 1024      # a schedule of a few hundred nodes; the codec's frame limit
 SIGNATURE_CACHE_ENTRIES = 4096
 
 
@@ -59,9 +64,16 @@ def per_peer_keys(run: str) -> tuple[str, ...]:
     return ids.peers_key(run), ids.links_key(run), ids.progress_key(run), ids.spot_checks_key(run)
 
 
+def control_keys(run: str) -> tuple[str, ...]:
+    """The coordinator's keys: the run spec and the schedules, under its own owned subkey."""
+    return ids.spec_key(run), ids.schedule_key(run)
+
+
 def record_schema(run: str) -> type:
     value = Optional[Dict[BytesWithPublicKey, pydantic.conbytes(strict=True, max_length=MAX_RECORD_BYTES)]]
-    return pydantic.create_model(f"SkipPipeRecords_{run}", **{k: (value, None) for k in per_peer_keys(run)})
+    control = Optional[Dict[BytesWithPublicKey, pydantic.conbytes(strict=True, max_length=MAX_CONTROL_RECORD_BYTES)]]
+    fields = {k: (value, None) for k in per_peer_keys(run)} | {k: (control, None) for k in control_keys(run)}
+    return pydantic.create_model(f"SkipPipeRecords_{run}", **fields)
 
 
 class MemberAdvertValidator(RecordValidatorBase):
@@ -94,7 +106,8 @@ def record_validators(run: str, private_key: RSAPrivateKey | None,
                       join_key: bytes | None) -> tuple[RSASignatureValidator, list[RecordValidatorBase]]:
     """(the signer, every validator for DHT(record_validators=...))."""
     signer = CachedSignatureValidator(private_key)
-    validators: list[RecordValidatorBase] = [signer, SchemaValidator(record_schema(run), allow_extra_keys=True)]
+    validators: list[RecordValidatorBase] = [signer, SchemaValidator(record_schema(run), allow_extra_keys=True),
+                                             ExpiryBound()]
     if join_key is not None:
         validators.append(MemberAdvertValidator(run, join_key))
     return signer, validators

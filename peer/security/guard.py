@@ -53,7 +53,8 @@ class PeerGuard:
     def records(self, dht, peer_id: str) -> PeerRecords:
         if peer_id != self.identity.peer_id:
             raise IdentityError(f"libp2p runs as {peer_id}, but the identity file is {self.identity.peer_id}")
-        return PeerRecords(dht, self.config.run, peer_id, self.signer.local_public_key, self.join_key)
+        return PeerRecords(dht, self.config.run, peer_id, self.signer.local_public_key, self.join_key,
+                           self.config.organiser_key)
 
     def sign_advert(self, advert: PeerAdvert) -> PeerAdvert:
         if self.join_key is None:

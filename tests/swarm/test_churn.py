@@ -89,7 +89,9 @@ def test_a_late_joiner_gets_the_stage_state_then_a_restarted_coordinator_continu
         with contextlib.ExitStack() as procs:
             # max_steps leaves room: the re-plan starts a few seconds of iterations after the joiner
             # appears, and a slow start-up on a loaded machine must not run past the end of the run
-            async with coordinator(num_stages=2, skip_ratio=0.0, min_peers=3, max_steps=100000) as first:
+            key = str(tmp_path / "organiser.pem")     # the restarted coordinator signs with the same key
+            async with coordinator(num_stages=2, skip_ratio=0.0, min_peers=3, max_steps=100000,
+                                   organiser_key_path=key) as first:
                 procs.enter_context(peers(first, tmp_path, 3, stages=[0, 1, 1]))
                 await wait_for(lambda: len(first.summaries) >= 3, 180, "3 iterations")
                 epoch = first.schedule.epoch
@@ -107,7 +109,7 @@ def test_a_late_joiner_gets_the_stage_state_then_a_restarted_coordinator_continu
                 old_epoch, last_seen = first.schedule.epoch, first.summaries[-1].iteration
             # the coordinator is gone; the peers go on with the schedule they have
             async with coordinator(num_stages=2, skip_ratio=0.0, min_peers=3, max_steps=100000,
-                                   initial_peers=tuple(maddrs[:1])) as second:
+                                   initial_peers=tuple(maddrs[:1]), organiser_key_path=key) as second:
                 await wait_for(lambda: second.schedule is not None, 30, "the stored schedule")
                 assert second.schedules[0].epoch == old_epoch       # picked up, not started over
                 await wait_for(lambda: second.summaries and second.summaries[-1].iteration > last_seen + 2,

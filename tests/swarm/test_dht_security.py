@@ -2,18 +2,24 @@
 subkey, forged and overwritten adverts are rejected, non-members' adverts are dropped, and an
 identity already live in the swarm is refused with a clear message."""
 import asyncio
+import dataclasses
 import os
 import shutil
 import time
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hivemind import DHT
 from opsweb.dht_process import safe_for_large_calls
 from hivemind.dht.crypto import RSASignatureValidator
+from hivemind.utils.crypto import RSAPrivateKey
 
 from protocol import codec, ids
 from protocol.adverts import PeerAdvert, PeerState
 from protocol.membership import create_join_key
+from protocol.messages import RunSpec
+from protocol.schedule import Schedule, StageAssignment
+from protocol.signing import public_key_text, sign
 
 from coordinator.dht_io import CoordinatorRecords, record_validators
 from peer.app import StartupError, start_dht
@@ -36,15 +42,16 @@ class Swarm:
             self.key_path = tmp_path / "join.key"
             create_join_key(self.key_path)
         key = self.key_path.read_bytes().strip() if join_key else None
-        self.coordinator = safe_for_large_calls(DHT(start=True, host_maddrs=LOOPBACK,
-                                                        record_validators=record_validators(RUN)))
+        validators = record_validators(RUN)
+        self.coordinator = safe_for_large_calls(DHT(start=True, host_maddrs=LOOPBACK, record_validators=validators))
         self.maddrs = [str(a) for a in self.coordinator.get_visible_maddrs()]
-        self.view = CoordinatorRecords(self.coordinator, RUN, key)
+        self.organiser = Ed25519PrivateKey.generate()
+        self.view = CoordinatorRecords(self.coordinator, RUN, key, self.organiser, validators[0].local_public_key)
         self.guards, self.dhts = [], [self.coordinator]
 
-    def member(self, tmp_path, name: str, join_key=True) -> tuple[object, object]:
+    def member(self, tmp_path, name: str, join_key=True, organiser_key: str = "") -> tuple[object, object]:
         config = PeerConfig(initial_peers=tuple(self.maddrs), run=RUN, host_maddrs=tuple(LOOPBACK),
-                            identity_path=tmp_path / f"{name}.key",
+                            identity_path=tmp_path / f"{name}.key", organiser_key=organiser_key,
                             join_key_path=self.key_path if join_key else None)
         guard = PeerGuard(config)
         dht = start_dht(config, guard)
@@ -52,8 +59,9 @@ class Swarm:
         self.dhts.append(dht)
         return dht, guard.records(dht, guard.identity.peer_id), guard
 
-    def rogue(self):
-        dht = safe_for_large_calls(DHT(start=True, host_maddrs=LOOPBACK, initial_peers=self.maddrs))  # no validators at all
+    def rogue(self, validators=()):
+        dht = safe_for_large_calls(DHT(start=True, host_maddrs=LOOPBACK, initial_peers=self.maddrs,
+                                       record_validators=list(validators)))  # by default no validators at all
         self.dhts.append(dht)
         return dht
 
@@ -127,5 +135,51 @@ def test_an_identity_already_live_in_the_swarm_is_refused(tmp_path):
                 start_dht(config, guard)
         finally:
             guard.close()
+    finally:
+        swarm.close()
+
+
+def schedule(epoch: int) -> Schedule:
+    return Schedule(RUN, epoch, "full", 1, 0.0, (StageAssignment("a", 0),), ())
+
+
+def test_an_outsider_cannot_take_over_the_control_plane(tmp_path):
+    """The red team's takeover (issue 24): a newer epoch and a poisoned spec, stored to outlive
+    every refresh, by a process without the organiser key, with and without DHT signatures."""
+    swarm = Swarm(tmp_path)
+    try:
+        async def scenario():
+            pinned = public_key_text(swarm.organiser)
+            spec = RunSpec(RUN, "tiny", 1, 0.0)
+            assert await swarm.view.put_spec(spec) and await swarm.view.put_schedule(schedule(2))
+            _, alice, _ = swarm.member(tmp_path, "alice", organiser_key=pinned)
+            mallory = Ed25519PrivateKey.generate()
+            # an outsider whose node signs its own subkey adds a newer epoch under its own key:
+            # a peer that pinned the organiser key ignores it; one that did not refuses to pick
+            signer = RSASignatureValidator(RSAPrivateKey())     # its own key (not this process's shared one)
+            forged = codec.encode(sign("schedule", codec.encode(schedule(1003)), mallory))
+            assert await swarm.rogue([signer]).store(ids.schedule_key(RUN), forged, time.time() + 600,
+                                                     subkey=signer.local_public_key, return_future=True)
+            assert (await alice.get_schedule()).epoch == 2
+            _, unpinned, _ = swarm.member(tmp_path, "bob")
+            assert await unpinned.get_schedule() is None and unpinned.organiser_key == ""
+            # records meant to outlive every refresh for a month: plain, on our subkey, unowned
+            month = time.time() + 30 * 86400
+            raw = swarm.rogue()                                  # no validators: stores anything locally
+            for key, message, kind in ((ids.schedule_key(RUN), schedule(1002), "schedule"),
+                                       (ids.spec_key(RUN), dataclasses.replace(spec, learning_rate=0.9), "spec")):
+                forged = codec.encode(sign(kind, codec.encode(message), mallory))
+                await raw.store(key, codec.encode(message), month, return_future=True)
+                await raw.store(key, forged, month, subkey=swarm.view.owner_subkey, return_future=True)
+                await raw.store(key, forged, time.time() + 600, subkey=b"plain", return_future=True)
+            signing = RSASignatureValidator(RSAPrivateKey())
+            assert not await swarm.rogue([signing]).store(ids.schedule_key(RUN), forged, month,
+                                                          subkey=signing.local_public_key, return_future=True)
+            for reader in (alice, swarm.view):                   # a pinned peer; the organiser itself
+                assert (await reader.get_schedule()).epoch == 2
+            assert await alice.get_spec() == spec
+            restarted = CoordinatorRecords(swarm.coordinator, RUN, None, swarm.organiser)
+            assert (await restarted.get_schedule()).epoch == 2   # takes the run back, ignores 1002/1003
+        asyncio.run(scenario())
     finally:
         swarm.close()

@@ -9,8 +9,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from protocol import codec
 from protocol.errors import FieldError, ProtocolError
 from protocol.messages import RunSpec
-from protocol.signing import (KEY_PREFIX, SignatureError, SignedRecord, parse_public_key, public_key_text, sign,
-                              split_run_address, verify)
+from protocol.schedule import Schedule, StageAssignment
+from protocol.signing import (KEY_PREFIX, SignatureError, SignedRecord, open_signed, parse_public_key, public_key_text,
+                              sign, split_run_address, verify)
 
 ORGANISER, MALLORY = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
 PINNED = public_key_text(ORGANISER)
@@ -76,3 +77,33 @@ def test_run_address_carries_the_key():
     assert split_run_address(f"demo@{PINNED}") == ("demo", PINNED)
     with pytest.raises(FieldError):
         split_run_address("demo@ed25519:nope")
+
+
+def schedule(epoch: int) -> Schedule:
+    return Schedule("run-1", epoch, "full", 1, 0.0, (StageAssignment("a", 0),), ())
+
+
+def signed(kind, message, key=ORGANISER) -> bytes:
+    return codec.encode(sign(kind, codec.encode(message), key))
+
+
+def test_a_forged_newer_epoch_is_passed_over_for_the_organisers():
+    # the red team's attack: an outsider stores epoch 1002 beside the organiser's epoch 2
+    values = [signed("schedule", schedule(2)), signed("schedule", schedule(1002), MALLORY), b"junk",
+              signed("spec", SPEC)]
+    opened = open_signed(values, "schedule", Schedule, PINNED, rank=lambda s: s.epoch)
+    assert opened.message.epoch == 2 and opened.signer == PINNED and opened.refused == 3
+
+
+def test_the_newest_epoch_of_the_organiser_wins():
+    values = [signed("schedule", schedule(e)) for e in (3, 7, 5)]
+    assert open_signed(values, "schedule", Schedule, PINNED, rank=lambda s: s.epoch).message.epoch == 7
+
+
+def test_unpinned_readers_trust_one_key_but_never_two():
+    alone = open_signed([signed("spec", SPEC)], "spec", RunSpec, None)
+    assert alone.message == SPEC and alone.signer == PINNED          # the caller pins this key now
+    both = open_signed([signed("spec", SPEC), signed("spec", SPEC, MALLORY)], "spec", RunSpec, None)
+    assert both.message is None and "--run NAME@KEY" in both.problem
+    # an unsigned (pre-1.4) spec is not a signed record: refused, not trusted
+    assert open_signed([codec.encode(SPEC)], "spec", RunSpec, None).message is None

@@ -34,7 +34,7 @@ def test_precedence_flag_over_section_env_over_env_over_file(tmp_path):
                    f'max-activations = 3\n[peer]\nrun = "peer-section"\n[coordinator]\nrun = "coord"\n')
     env = {"SKIPPIPE_CONFIG": str(cfg), "SKIPPIPE_MAX_ACTIVATIONS": "5", "SKIPPIPE_PEER_MAX_ACTIVATIONS": "6"}
     args = peer_args([], env)
-    assert args.run == "peer-section" and args.log_level == "DEBUG" and args.max_activations == 6
+    assert args.run == ("peer-section", "") and args.log_level == "DEBUG" and args.max_activations == 6
     assert args.initial_peers == [MADDR]
     assert peer_args(["--max-activations", "7", "--run", "cli"], env).max_activations == 7
     # one file for all three: the coordinator has no --max-activations and skips that top-level key
