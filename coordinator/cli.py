@@ -8,10 +8,10 @@ import sys
 
 from modelconfig import ConfigError, check_stages, resolve_model, to_spec_json
 from opsweb.addresses import multiaddr
-from protocol.cli_support import (DEFAULT_SKIP, EXIT_USAGE, OneLineErrorParser, add_version_flag, fail_usage,
+from swarmcore.cli.support import (DEFAULT_SKIP, EXIT_USAGE, OneLineErrorParser, add_version_flag, fail_usage,
                                   positive_int, run_name, skip_ratio)
-from protocol.logsetup import add_logging_flags, setup_logging
-from protocol.settings import add_config_flag, apply_settings, port_or_off
+from swarmcore.cli.logsetup import add_logging_flags, setup_logging
+from swarmcore.cli.settings import add_config_flag, apply_settings, port_or_off
 
 from coordinator import data_cli, export_cli, offline_cli
 from coordinator.config import CoordinatorConfig

@@ -14,10 +14,10 @@ from pathlib import Path
 from protocol.errors import ProtocolError
 from protocol.messages import SHARE_DTYPES
 from protocol.topology import load_topology
-from protocol.cli_support import (DEFAULT_SKIP, OneLineErrorParser, add_version_flag, fail_usage,
+from swarmcore.cli.support import (DEFAULT_SKIP, OneLineErrorParser, add_version_flag, fail_usage,
                                   positive_int, run_name, skip_ratio)
-from protocol.logsetup import add_logging_flags, setup_logging
-from protocol.settings import add_config_flag, apply_settings, port_or_off
+from swarmcore.cli.logsetup import add_logging_flags, setup_logging
+from swarmcore.cli.settings import add_config_flag, apply_settings, port_or_off
 from opsweb.stopping import run_until_stopped
 
 from modelconfig import ConfigError, check_stages, resolve_model, to_spec_json

@@ -10,7 +10,7 @@ import pytest
 from coordinator import cli as coordinator_cli
 from coordinator import swarm_cli
 from peer import cli as peer_cli
-from protocol.cli_support import skip_ratio
+from swarmcore.cli.support import skip_ratio
 from protocol.version import PACKAGE_VERSION, package_version
 
 ROOT = Path(__file__).resolve().parents[2]

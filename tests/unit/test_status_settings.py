@@ -1,4 +1,4 @@
-"""protocol.settings (flags from environment variables and a TOML file) and protocol.logsetup."""
+"""swarmcore.cli.settings (flags from environment variables and a TOML file) and swarmcore.cli.logsetup."""
 import io
 import json
 import logging
@@ -8,8 +8,8 @@ import pytest
 from coordinator import cli as coordinator_cli
 from coordinator import swarm_cli
 from peer import cli as peer_cli
-from protocol.logsetup import setup_logging
-from protocol.settings import apply_settings
+from swarmcore.cli.logsetup import setup_logging
+from swarmcore.cli.settings import apply_settings
 
 MADDR = "/ip4/127.0.0.1/tcp/4000/p2p/12D3KooWS4Lu25p9TxgZAhwHZLN4x3kUmptgqzJLyoiFP89cXYE4"
 MADDR2 = MADDR.replace("127.0.0.1", "127.0.0.2")
