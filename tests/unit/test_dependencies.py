@@ -18,6 +18,9 @@ the rules below.
                           token datasets and the sample cursor, shared by coordinator/ and peer/):
                           no torch, nothing else of ours; only tokendata.transfer (dataset files
                           over P2P) uses hivemind
+    swarmcore/            what peer/ and coordinator/ share: protocol + itself of ours; only
+                          swarmcore.dht uses hivemind (and pydantic); the pure planner may use
+                          swarmcore.path_rules
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("protocol", "coordinator", "peer", "opsweb", "tokendata", "modelconfig")
+PACKAGES = ("protocol", "coordinator", "peer", "opsweb", "tokendata", "modelconfig", "swarmcore")
 STDLIB = frozenset(sys.stdlib_module_names)
 NETWORKING = {"socket", "ssl", "http", "urllib", "asyncio", "selectors", "socketserver",
               "hivemind", "grpc", "aiohttp", "requests", "httpx", "multiaddr", "zmq", "uvloop", "opsweb"}
@@ -122,7 +125,9 @@ def rule_problems(module: str, imp: Import) -> list[str]:
         elif imp.top == "coordinator" and not imp.within("coordinator.planner") \
                 and imp.module != "coordinator":
             bad("the planner imports no coordinator module outside coordinator.planner")
-        elif imp.top not in STDLIB and imp.top not in ("numpy", "protocol", "coordinator"):
+        elif imp.top == "swarmcore" and not imp.within("swarmcore.path_rules"):
+            bad("the planner uses only the pure swarmcore.path_rules of swarmcore/")
+        elif imp.top not in STDLIB and imp.top not in ("numpy", "protocol", "coordinator", "swarmcore"):
             bad("the planner depends only on protocol, the standard library and numpy")
     if module == "coordinator" or module.startswith("coordinator."):
         if imp.top == "peer":
@@ -148,6 +153,16 @@ def rule_problems(module: str, imp: Import) -> list[str]:
         elif imp.top not in STDLIB and imp.top not in ("numpy", "tokenizers", "pyarrow", "regex", "tokendata",
                                                        "protocol", "hivemind"):
             bad("tokendata/ depends on the standard library, numpy, tokenizers, regex, pyarrow and protocol only")
+    if module == "swarmcore" or module.startswith("swarmcore."):
+        if _ours(imp) and imp.top not in ("swarmcore", "protocol"):
+            bad("swarmcore/ imports nothing of ours but protocol/")
+        elif module.startswith("swarmcore.dht"):
+            if imp.top not in STDLIB and imp.top not in ("swarmcore", "protocol", "hivemind", "pydantic"):
+                bad("swarmcore.dht depends on the standard library, hivemind, pydantic and protocol only")
+        elif imp.top not in STDLIB and imp.top not in ("swarmcore", "protocol"):
+            bad("swarmcore/ outside swarmcore.dht depends on the standard library and protocol only")
+        elif imp.top == "swarmcore" and imp.within("swarmcore.dht"):
+            bad("only swarmcore.dht uses the DHT layer inside swarmcore/ (the rest stays hivemind-free)")
     if module.startswith("peer.compute"):
         if imp.top in NETWORKING:
             bad("peer/compute/ has no hivemind, no asyncio, no networking")
