@@ -17,6 +17,8 @@ from opsweb.stopping import run_until_stopped, shutdown_dht
 from protocol.membership import JoinKeyError, create_join_key, load_join_key
 from protocol.messages import RunSpec
 from protocol.schedule import Schedule
+from swarmcore.dht.validators import record_validators
+from swarmcore.schedule_history import schedule_for_iteration
 
 from tokendata.transfer import DataServer
 
@@ -24,7 +26,7 @@ from coordinator.config import CoordinatorConfig
 from coordinator.data_ledger import DataLedger
 from coordinator.data_resume import saved_cursor
 from coordinator.data_setup import RunData, resolve_run_data, servable_files
-from coordinator.dht_io import CoordinatorRecords, record_validators
+from coordinator.dht_io import CoordinatorRecords
 from coordinator.planner import PlanConfig, PlanningError, plan
 from coordinator.progress import IterationSummary, ProgressTracker
 from coordinator.replanner import CollapseGuard, MembershipTracker, ReplanPolicy, switch_iteration
@@ -120,7 +122,7 @@ class CoordinatorApp:
         # in a thread: the loop keeps answering Ctrl-C while the DHT comes up
         self.dht = await asyncio.to_thread(lambda: safe_for_large_calls(DHT(
             start=True, initial_peers=list(cfg.initial_peers) or None, host_maddrs=list(cfg.host_maddrs),
-            announce_maddrs=list(cfg.announce_maddrs) or None, record_validators=record_validators(cfg.run),
+            announce_maddrs=list(cfg.announce_maddrs) or None, record_validators=record_validators(cfg.run, join_key=join_key)[1],
             shutdown_timeout=DHT_SHUTDOWN_S)))
         try:
             await until_stopped(self._serve(join_key), self.stop)
@@ -294,10 +296,7 @@ class CoordinatorApp:
         self.schedules.append(schedule)
 
     def _schedule_for(self, iteration: int) -> Schedule | None:
-        for schedule in reversed(self.schedules):
-            if schedule.start_iteration <= iteration:
-                return schedule
-        return None
+        return schedule_for_iteration(self.schedules, iteration)
 
     def _origins_for(self, iteration: int) -> set[str]:
         schedule = self._schedule_for(iteration)

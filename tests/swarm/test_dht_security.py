@@ -15,7 +15,8 @@ from protocol import codec, ids
 from protocol.adverts import PeerAdvert, PeerState
 from protocol.membership import create_join_key
 
-from coordinator.dht_io import CoordinatorRecords, record_validators
+from coordinator.dht_io import CoordinatorRecords
+from swarmcore.dht.validators import record_validators
 from peer.app import StartupError, start_dht
 from peer.config import PeerConfig
 from peer.security.guard import PeerGuard
@@ -36,8 +37,9 @@ class Swarm:
             self.key_path = tmp_path / "join.key"
             create_join_key(self.key_path)
         key = self.key_path.read_bytes().strip() if join_key else None
+        # the coordinator's node validates like CoordinatorApp's: the member rule too, with a key
         self.coordinator = safe_for_large_calls(DHT(start=True, host_maddrs=LOOPBACK,
-                                                        record_validators=record_validators(RUN)))
+                                                        record_validators=record_validators(RUN, join_key=key)[1]))
         self.maddrs = [str(a) for a in self.coordinator.get_visible_maddrs()]
         self.view = CoordinatorRecords(self.coordinator, RUN, key)
         self.guards, self.dhts = [], [self.coordinator]
