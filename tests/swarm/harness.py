@@ -8,7 +8,7 @@ from protocol.topology import Links
 
 from coordinator.app import CoordinatorApp
 from coordinator.config import CoordinatorConfig
-from coordinator.local_swarm import start_peer, stop_processes
+from launcher.processes import start_peer, stop_processes
 
 LOOPBACK = ("/ip4/127.0.0.1/tcp/0",)
 

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from coordinator.emulated_topology import make_identity
-from coordinator.local_swarm import start_peer, stop_processes
+from launcher.emulated_topology import make_identity
+from launcher.processes import start_peer, stop_processes
 from tests.swarm.harness import LOOPBACK, coordinator, planned_with, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]

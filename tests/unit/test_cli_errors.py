@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from coordinator import cli as coordinator_cli
-from coordinator import swarm_cli
+from launcher import cli as swarm_cli
 from peer import cli as peer_cli
 from swarmcore.cli.support import skip_ratio
 from protocol.version import PACKAGE_VERSION, package_version

@@ -6,7 +6,7 @@ import logging
 import pytest
 
 from coordinator import cli as coordinator_cli
-from coordinator import swarm_cli
+from launcher import cli as swarm_cli
 from peer import cli as peer_cli
 from swarmcore.cli.logsetup import setup_logging
 from swarmcore.cli.settings import apply_settings
