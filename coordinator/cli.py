@@ -148,9 +148,5 @@ def subcommand_parser(parser: argparse.ArgumentParser, name: str) -> argparse.Ar
     return sub.choices[name]
 
 
-def run_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    return subcommand_parser(parser, "run")
-
-
 if __name__ == "__main__":
     sys.exit(main())

@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from launcher.emulated_topology import make_identity
-from launcher.processes import start_peer, stop_processes
-from tests.swarm.harness import LOOPBACK, coordinator, planned_with, wait_for
+from launcher.processes import start_peer
+from tests.swarm.harness import LOOPBACK, coordinator, planned_with, stop_processes, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 

@@ -73,7 +73,7 @@ def test_argv_for_names_flags_by_their_declarations():
 def test_the_run_flags_are_declared_once_for_coordinator_and_launcher():
     from coordinator import cli as coordinator_cli
     from swarmcore.cli.run_flags import LAUNCHER_DEFAULTS
-    run = coordinator_cli.run_parser(coordinator_cli.build_parser())
+    run = coordinator_cli.subcommand_parser(coordinator_cli.build_parser(), "run")
     swarm = swarm_cli.build_parser()
     shared = {"run", "model", "stages", "skip", "strategy", "data", "tokenizer", "seed", "steps",
               "microbatch_samples", "seq_len", "microbatches", "lr", "checkpoint_dir", "status_port", "join_key"}

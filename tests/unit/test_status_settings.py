@@ -38,7 +38,7 @@ def test_precedence_flag_over_section_env_over_env_over_file(tmp_path):
     assert args.initial_peers == [MADDR]
     assert peer_args(["--max-activations", "7", "--run", "cli"], env).max_activations == 7
     # one file for all three: the coordinator has no --max-activations and skips that top-level key
-    parser = coordinator_cli.run_parser(coordinator_cli.build_parser())
+    parser = coordinator_cli.subcommand_parser(coordinator_cli.build_parser(), "run")
     apply_settings(parser, ["--config", str(cfg)], "coordinator", {})
     assert parser.parse_args([]).run == "coord"
 
@@ -73,7 +73,7 @@ def test_all_three_clis_accept_their_sections(tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text('[coordinator]\nstatus-port = 0\nstages = 2\nlog-format = "json"\n'
                    '[swarm]\npeers = 2\nstatus_port = "off"\n')
-    parser = coordinator_cli.run_parser(coordinator_cli.build_parser())
+    parser = coordinator_cli.subcommand_parser(coordinator_cli.build_parser(), "run")
     apply_settings(parser, [], "coordinator", {"SKIPPIPE_CONFIG": str(cfg)})
     args = parser.parse_args([])
     assert (args.status_port, args.stages, args.log_format) == (0, 2, "json")
@@ -117,7 +117,7 @@ def reference_tables() -> str:
     out = []
     for name, parser, section in (("skippipe-peer", peer_cli.build_parser(), "peer"),
                                   ("skippipe-coordinator run",
-                                   coordinator_cli.run_parser(coordinator_cli.build_parser()), "coordinator"),
+                                   coordinator_cli.subcommand_parser(coordinator_cli.build_parser(), "run"), "coordinator"),
                                   ("skippipe-swarm", swarm_cli.build_parser(), "swarm")):
         out += [f"#### {name} (`[{section}]` table, `SKIPPIPE_{section.upper()}_*`)", "",
                 "| flag | environment | config key | default | meaning |", "|---|---|---|---|---|"]
