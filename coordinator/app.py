@@ -3,7 +3,6 @@ progress. One loop; every step bounded; Ctrl-C stops it cleanly."""
 import asyncio
 import dataclasses
 import logging
-import math
 import time
 from pathlib import Path
 from typing import Awaitable, Callable
