@@ -57,7 +57,7 @@ def main() -> int:
     chaos = ",".join(f"kill:{p}@iter{args.fault_iteration}:{when}" for p, when in killed)
     with tempfile.TemporaryDirectory(prefix="churn-bench-") as tmp:
         out = Path(tmp) / "summary.json"
-        cmd = [sys.executable, "-m", "coordinator.swarm_cli", "--peers", str(args.peers), "--stages",
+        cmd = [sys.executable, "-m", "launcher", "--peers", str(args.peers), "--stages",
                str(args.stages), "--steps", str(args.steps), "--skip", "1/3", "--chaos", chaos,
                "--summary-json", str(out), "--timeout", str(args.timeout)]
         print("running:", " ".join(cmd[2:]), flush=True)

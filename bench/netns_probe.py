@@ -18,7 +18,8 @@ from hivemind import DHT  # noqa: E402
 from opsweb.dht_process import safe_for_large_calls  # noqa: E402
 from hivemind.p2p import P2P  # noqa: E402
 
-from coordinator.dht_io import CoordinatorRecords, record_validators  # noqa: E402
+from coordinator.dht_io import CoordinatorRecords
+from swarmcore.dht.validators import record_validators  # noqa: E402
 from protocol import messages as m  # noqa: E402
 from peer.transport.hivemind_p2p import HivemindTransport  # noqa: E402
 from protocol.tensors import TensorPayload  # noqa: E402
@@ -62,7 +63,7 @@ def main(argv: list[str]) -> int:
     peer, sizes = (rest[0], [int(s) for s in rest[1].split(",")]) if what == "transfer" else (None, [])
     maddrs = rest[2:] if what == "transfer" else rest
     dht = safe_for_large_calls(DHT(start=True, initial_peers=maddrs, client_mode=True,
-                                   record_validators=record_validators(run)))
+                                   record_validators=record_validators(run)[1]))
     try:
         records = CoordinatorRecords(dht, run)
         if what == "links":

@@ -107,7 +107,7 @@ def microbatches_per_data_node(args, skip_ratio: float) -> int:
 
 def run_swarm(args, topology: Path, folder: Path, strategy: str, skip: str, microbatches: int) -> dict:
     summary = folder / f"{strategy}.json"
-    cmd = [sys.executable, "-m", "coordinator.swarm_cli", "--topology", str(topology), "--stages", str(args.stages),
+    cmd = [sys.executable, "-m", "launcher", "--topology", str(topology), "--stages", str(args.stages),
            "--steps", str(args.steps), "--strategy", strategy, "--skip", skip, "--model", "tiny",
            "--microbatches", str(microbatches), "--microbatch-samples", str(SAMPLES),
            "--seq-len", str(SEQ_LEN), "--run", f"geo-{strategy}", "--summary-json", str(summary),

@@ -26,7 +26,7 @@ HELD_OUT_FRACTION = 0.04
 
 def train(tokenizer: str, args, folder: Path) -> dict:
     summary = folder / f"{tokenizer}.json"
-    cmd = [sys.executable, "-m", "coordinator.swarm_cli", "--peers", str(args.peers), "--stages", str(args.stages),
+    cmd = [sys.executable, "-m", "launcher", "--peers", str(args.peers), "--stages", str(args.stages),
            "--steps", str(args.steps), "--skip", args.skip, "--model", args.model, "--seq-len", str(args.seq_len),
            "--tokenizer", tokenizer, "--checkpoint-dir", str(folder / f"ckpt-{tokenizer}"), "--save-every",
            str(args.steps), "--summary-json", str(summary), "--status-port", "off", "--run", f"tok-{tokenizer}",

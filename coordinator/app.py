@@ -3,7 +3,6 @@ progress. One loop; every step bounded; Ctrl-C stops it cleanly."""
 import asyncio
 import dataclasses
 import logging
-import math
 import time
 from pathlib import Path
 from typing import Awaitable, Callable
@@ -20,6 +19,8 @@ from protocol.membership import JoinKeyError, create_join_key, load_join_key
 from protocol.messages import RunSpec
 from protocol.schedule import Schedule
 from protocol.signing import public_key_text
+from swarmcore.dht.validators import record_validators
+from swarmcore.schedule_history import schedule_for_iteration
 
 from tokendata.transfer import DataServer
 
@@ -27,7 +28,7 @@ from coordinator.config import CoordinatorConfig
 from coordinator.data_ledger import DataLedger
 from coordinator.data_resume import saved_cursor
 from coordinator.data_setup import RunData, resolve_run_data, servable_files
-from coordinator.dht_io import CoordinatorRecords, record_validators
+from coordinator.dht_io import CoordinatorRecords
 from coordinator.organiser_key import OrganiserKeyError, load_or_create_organiser_key, run_address
 from coordinator.planner import PlanConfig, PlanningError, plan
 from coordinator.progress import IterationSummary, ProgressTracker
@@ -123,12 +124,12 @@ class CoordinatorApp:
             remove_stale_maddrs_file(cfg.maddrs_file)
         # in a thread: the loop keeps answering Ctrl-C while the DHT comes up
         organiser = load_organiser(cfg.organiser_key_path)
-        validators = record_validators(cfg.run)
+        signer, validators = record_validators(cfg.run, join_key=join_key)
         self.dht = await asyncio.to_thread(lambda: safe_for_large_calls(DHT(
             start=True, initial_peers=list(cfg.initial_peers) or None, host_maddrs=list(cfg.host_maddrs),
             announce_maddrs=list(cfg.announce_maddrs) or None, record_validators=validators,
             shutdown_timeout=DHT_SHUTDOWN_S)))
-        self.records = CoordinatorRecords(self.dht, cfg.run, join_key, organiser, validators[0].local_public_key)
+        self.records = CoordinatorRecords(self.dht, cfg.run, join_key, organiser, signer.local_public_key)
         try:
             await until_stopped(self._serve(), self.stop)
             return 0
@@ -305,10 +306,7 @@ class CoordinatorApp:
         self.schedules.append(schedule)
 
     def _schedule_for(self, iteration: int) -> Schedule | None:
-        for schedule in reversed(self.schedules):
-            if schedule.start_iteration <= iteration:
-                return schedule
-        return None
+        return schedule_for_iteration(self.schedules, iteration)
 
     def _origins_for(self, iteration: int) -> set[str]:
         schedule = self._schedule_for(iteration)

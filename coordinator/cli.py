@@ -8,10 +8,10 @@ import sys
 
 from modelconfig import ConfigError, check_stages, resolve_model, to_spec_json
 from opsweb.addresses import multiaddr
-from protocol.cli_support import (DEFAULT_SKIP, EXIT_USAGE, OneLineErrorParser, add_version_flag, fail_usage,
-                                  learning_rate, non_negative_int, positive_int, run_name, skip_ratio)
-from protocol.logsetup import add_logging_flags, setup_logging
-from protocol.settings import add_config_flag, apply_settings, port_or_off
+from swarmcore.cli.logsetup import add_logging_flags, setup_logging
+from swarmcore.cli.run_flags import COORDINATOR, add_run_flags
+from swarmcore.cli.settings import add_config_flag, apply_settings
+from swarmcore.cli.support import EXIT_USAGE, OneLineErrorParser, add_version_flag, fail_usage, non_negative_int
 
 from coordinator import data_cli, export_cli, offline_cli
 from coordinator.config import CoordinatorConfig
@@ -29,39 +29,20 @@ Coordinate a SkipPipe Swarm training run, or plan and simulate schedules offline
   export     write a run's model as a Hugging Face folder (transformers loads it)
   generate   sample a continuation from a checkpoint or an exported folder
 """
-DEFAULT_STATUS_PORT = 8321
 # Every subcommand; adding one: its name here and its module's register(sub) in build_parser.
 SUBCOMMANDS = ("run", "plan", "simulate", "topology", "eval", "tokenizer", "data", "export", "generate")
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--run", type=run_name, default="default", help="run name peers join with --run")
-    p.add_argument("--model", default="tiny", metavar="NAME|config.json",
-                   help="model preset (tiny, small, 500m, 1.5b) or a Hugging Face LlamaConfig config.json (default: tiny)")
-    p.add_argument("--stages", type=positive_int, default=3, help="pipeline stages (default: 3)")
-    p.add_argument("--skip", type=skip_ratio, default=skip_ratio(DEFAULT_SKIP), metavar="K",
-                   help=f"skip ratio k in [0, 1), e.g. 0.33 or 1/3; 0 is the full pipeline (default: {DEFAULT_SKIP})")
-    p.add_argument("--strategy", choices=["skippipe", "full", "random-skip"], default="skippipe")
-    add_data_arguments(p)
-    add_resume_argument(p)
-    p.add_argument("--seed", type=int, default=0, help="seed for model init, data and planning")
-    p.add_argument("--steps", type=non_negative_int, default=0, help="iterations to train; 0 = until stopped")
-    p.add_argument("--microbatch-samples", type=positive_int, default=4)
-    p.add_argument("--seq-len", type=positive_int, default=64)
-    p.add_argument("--microbatches", type=positive_int, default=4, help="microbatches per stage-0 peer per iteration")
-    p.add_argument("--lr", type=learning_rate, default=3e-3, help="peak AdamW learning rate")
+    add_run_flags(p, COORDINATOR)   # shared with skippipe-swarm (swarmcore/cli/run_flags.py)
     p.add_argument("--warmup", type=non_negative_int, default=5, help="warm-up iterations")
     p.add_argument("--host-maddrs", type=multiaddr, nargs="+", default=["/ip4/0.0.0.0/tcp/0"], metavar="MADDR")
     p.add_argument("--announce-maddrs", type=multiaddr, nargs="+", default=[], metavar="MADDR")
     p.add_argument("--initial-peers", type=multiaddr, nargs="+", default=[], metavar="MADDR",
                    help="join an existing DHT")
     p.add_argument("--min-peers", type=int, default=0, help="wait for this many peers before planning")
-    p.add_argument("--status-port", type=port_or_off, default=DEFAULT_STATUS_PORT, metavar="PORT|off",
-                   help=f"HTTP status page, /api/status and /metrics (default: {DEFAULT_STATUS_PORT}; 0: any free port)")
     p.add_argument("--status-host", default="127.0.0.1",
                    help="address for the status page (default: 127.0.0.1; 0.0.0.0 to show it to others)")
-    p.add_argument("--join-key", default="", metavar="FILE",
-                   help="admit only peers holding this secret file (created, mode 0600, if missing)")
     p.add_argument("--maddrs-file", default="", metavar="FILE",
                    help="write the multiaddrs peers pass to --initial-peers into FILE once up (for scripts)")
     p.add_argument("--organiser-key", default="", metavar="FILE",
@@ -71,21 +52,6 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     add_logging_flags(p, "INFO")
     add_config_flag(p)
     p.set_defaults(func=run_command)
-
-
-def add_resume_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--checkpoint-dir", default="", metavar="DIR",
-                   help="the peers' checkpoint folder, where this machine sees it: a coordinator that starts with no "
-                        "schedule left in the DHT continues the sample cursor of the newest stage-0 checkpoint")
-
-
-def add_data_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", default="", metavar="DIR",
-                   help="dataset folder to train on (from `skippipe-coordinator data`; peers without a copy "
-                        "download it from the coordinator); default: the embedded corpus")
-    p.add_argument("--tokenizer", default="", metavar="byte|bpe|FILE",
-                   help="tokenizer of the embedded corpus (default: byte; bpe: the shipped 4096-token BPE); "
-                        "with --data, the dataset's own (checked)")
 
 
 def resolve_data_or_exit(prog: str, args: argparse.Namespace):
@@ -184,10 +150,6 @@ def main(argv: list[str] | None = None) -> int:
 def subcommand_parser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     return sub.choices[name]
-
-
-def run_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    return subcommand_parser(parser, "run")
 
 
 if __name__ == "__main__":

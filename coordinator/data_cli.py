@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from protocol.cli_support import fail_usage, positive_int
+from swarmcore.cli.support import fail_usage, positive_int
 
 PROG = "skippipe-coordinator"
 

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from protocol.cli_support import fail_usage
+from swarmcore.cli.support import fail_usage
 
 PROG = "skippipe-coordinator"
 SIZE_UNITS = ("B", "KB", "MB", "GB", "KIB", "MIB", "GIB")

@@ -16,7 +16,7 @@ from coordinator.planner.bound import lower_bound
 from coordinator.planner.steady import predict
 from coordinator.planner.presets import PRESETS, make_topology
 from coordinator.planner.rules import describe_path
-from protocol.cli_support import DEFAULT_SKIP, positive_int, skip_ratio
+from swarmcore.cli.support import DEFAULT_SKIP, positive_int, skip_ratio
 from protocol.errors import FieldError, ProtocolError
 from protocol.schedule import schedule_from_json, schedule_to_json
 from protocol.topology import load_topology, topology_to_json

@@ -15,6 +15,7 @@ from protocol.errors import ProtocolError
 from protocol.messages import IterationReport, MicrobatchCounts, ProgressRecord, RunSpec
 
 from peer.config import PeerConfig
+from peer.startup_errors import StartupError   # raised here; importers of peer.app still find it
 from peer.emulation import EmulationError, emulate
 from peer.security.guard import PeerGuard
 from peer.security.limits import coalesced
@@ -43,10 +44,6 @@ REPORTS_KEPT = 64   # the coordinator reads progress about once a second: enough
 SPOT_CHECKS_TTL_S = 1800.0   # our spot-check reports stay readable this long after the last one
 SPEC_HINT_AFTER_S = 5.0      # a wrong --run shows as this one log line, not a silent minute
 DHT_SHUTDOWN_S = 1.5         # then hivemind terminates its DHT child: inside the 5 s a stop may take
-
-
-class StartupError(Exception):
-    """Something the user must fix (printed as one line, exit 1)."""
 
 
 class Stopped(Exception):

@@ -10,7 +10,7 @@ run read, so the planner and its predictions saw compute that was not there.
 import sys
 from pathlib import Path
 
-from protocol.cli_support import OneLineErrorParser, folder_problem, positive_int
+from swarmcore.cli.support import OneLineErrorParser, folder_problem, positive_int
 
 from peer.config import DEFAULT_CACHE_DIR
 

@@ -4,11 +4,11 @@ import sys
 from pathlib import Path
 
 from opsweb.addresses import multiaddr
-from protocol.cli_support import (EXIT_USAGE, OneLineErrorParser, add_version_flag, folder_problem,
+from swarmcore.cli.support import (EXIT_USAGE, OneLineErrorParser, add_version_flag, folder_problem,
                                   positive_int, run_address, run_name)
 from protocol.messages import SHARE_BLOCK, SHARE_DTYPES
-from protocol.logsetup import add_logging_flags, setup_logging
-from protocol.settings import add_config_flag, apply_settings, port_or_off
+from swarmcore.cli.logsetup import add_logging_flags, setup_logging
+from swarmcore.cli.settings import add_config_flag, apply_settings, port_or_off
 
 from peer.chaos import FaultSpecError, parse_faults
 from peer.config import DEFAULT_CACHE_DIR, STAGE_AUTO, PeerConfig

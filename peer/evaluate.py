@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from protocol.cli_support import OneLineErrorParser
+from swarmcore.cli.support import OneLineErrorParser
 from peer.compute.model import lm_loss
 from peer.compute.stage_checkpoint import CheckpointError, load_stage_modules
 from peer.compute.stages import StageModule

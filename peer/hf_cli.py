@@ -15,7 +15,7 @@ import random
 import sys
 from pathlib import Path
 
-from protocol.cli_support import fail_usage
+from swarmcore.cli.support import fail_usage
 
 PROG = "skippipe-coordinator"
 

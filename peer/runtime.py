@@ -54,7 +54,7 @@ class RuntimeFactory:
         try:
             reserved = devices.reserve(dev, budget, self.config.max_vram_bytes)
         except devices.DeviceError as exc:
-            from peer.app import StartupError  # one line and exit 1, not a traceback
+            from peer.startup_errors import StartupError  # one line and exit 1, not a traceback
             raise StartupError(str(exc)) from None
         if reserved:
             logger.info("reserved %s on %s; %s", devices.gib(reserved), dev, self.precision.describe())

@@ -8,9 +8,15 @@ from protocol.topology import Links
 
 from coordinator.app import CoordinatorApp
 from coordinator.config import CoordinatorConfig
-from coordinator.local_swarm import start_peer, stop_processes
+from launcher.processes import start_peer, terminate_processes, wait_or_kill
 
 LOOPBACK = ("/ip4/127.0.0.1/tcp/0",)
+
+
+def stop_processes(processes, grace_s: float = 10.0) -> None:
+    """SIGTERM each process group, wait up to `grace_s`, then SIGKILL what is left."""
+    terminate_processes(processes)
+    wait_or_kill(processes, grace_s)
 
 
 @contextlib.asynccontextmanager

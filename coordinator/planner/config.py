@@ -16,9 +16,9 @@ Rules 1-3 have no off switch because a schedule breaking them is not a SkipPipe 
 """
 from dataclasses import dataclass, field
 
-from coordinator.planner.costs import Overheads
+from swarmcore.path_rules import MAX_JUMP, STRATEGIES  # noqa: F401 - STRATEGIES: the planner's names for them
 
-STRATEGIES = ("skippipe", "full", "random-skip")
+from coordinator.planner.costs import Overheads
 
 
 class PlanningError(ValueError):
@@ -31,7 +31,7 @@ class PlannerConfig:
     max_swaps: int = 2                   # rule 4: visits below the frontier per path
     max_swap_distance: int = 1           # rule 4: frontier - stage for one swap
     max_total_swap_distance: int = 2     # rule 4: sum of swap distances in a path
-    max_jump: int = 4                    # rule 5: next stage - frontier (0 = unbounded)
+    max_jump: int = MAX_JUMP             # rule 5: next stage - frontier (0 = unbounded)
     stage_balance: bool = True           # rule 6: every stage >= 1 gets ~equal microbatches
     balance_slack: int = 0               # rule 6: microbatches a stage may take above ceil(share)
     memory_limit: bool = True            # rule 7 (TC1): at most m held activations per node

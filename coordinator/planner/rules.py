@@ -3,6 +3,8 @@ and the validator, so all three agree on what a legal stage sequence is."""
 import math
 from dataclasses import dataclass
 
+from swarmcore.path_rules import jump_ok
+
 from coordinator.planner.config import PlannerConfig, PlanningError
 
 
@@ -42,7 +44,7 @@ def step(state: SeqState, stage: int, visited, cfg: PlannerConfig) -> SeqState |
     if stage <= 0 or stage in visited:
         return None
     if stage > state.frontier:
-        if cfg.max_jump and stage - state.frontier > cfg.max_jump:
+        if not jump_ok(state.frontier, stage, cfg.max_jump):
             return None
         return SeqState(stage, state.swaps, state.swap_distance)
     dist = state.frontier - stage

@@ -4,6 +4,7 @@ import logging
 from typing import Awaitable, Callable
 
 from protocol.schedule import Schedule
+from swarmcore.schedule_history import schedule_for_iteration
 
 logger = logging.getLogger(__name__)
 
@@ -39,10 +40,7 @@ class ScheduleBook:
 
     def for_iteration(self, iteration: int) -> Schedule | None:
         """The newest schedule whose start_iteration is <= iteration."""
-        for schedule in reversed(self._schedules):
-            if schedule.start_iteration <= iteration:
-                return schedule
-        return None
+        return schedule_for_iteration(self._schedules, iteration)
 
     async def wait_changed(self, timeout: float) -> bool:
         event = self._changed

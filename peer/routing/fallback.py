@@ -13,14 +13,12 @@ model has more than one (stage 0 alone is not a model), keeps stage 0 first and 
 visits each stage once and keeps SkipPipe's bounded jump between consecutive stages.
 """
 import itertools
-import math
 from dataclasses import dataclass
 from enum import Enum
 from typing import Callable
 
 from protocol.schedule import Hop, Route
-
-MAX_JUMP = 4          # SkipPipe constraint 5: next stage at most this far above the frontier
+from swarmcore.path_rules import MAX_JUMP, jumps_ok  # noqa: F401 - the planner's jump rule, re-exported
 
 
 class Action(Enum):
@@ -47,19 +45,6 @@ def budget_for(planned: Route, num_stages: int, skip_ratio: float, extra_skips: 
     extra = extra_skips if skip_ratio > 0 else 0
     floor = 2 if num_stages > 1 else 1
     return Budget(min_visits=max(min(floor, len(planned.hops)), len(planned.hops) - extra))
-
-
-def planned_length(num_stages: int, skip_ratio: float) -> int:
-    return max(1, math.ceil((1 - skip_ratio) * num_stages - 1e-9))
-
-
-def jumps_ok(stages: list[int], max_jump: int) -> bool:
-    frontier = 0
-    for s in stages[1:]:
-        if s > frontier + max_jump:
-            return False
-        frontier = max(frontier, s)
-    return True
 
 
 def _pick(candidates: list[str], spread: int) -> str:

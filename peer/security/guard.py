@@ -13,7 +13,7 @@ from protocol.tensors import DEFAULT_CHUNK_BYTES
 
 from peer.config import PeerConfig
 from peer.discovery.dht_records import PeerRecords
-from peer.security.dht_guard import record_validators
+from swarmcore.dht.validators import record_validators
 from peer.security.identity import IdentityError, duplicate_message, load_identity
 from peer.security.limits import Admission, Limits
 from peer.security.membership import MemberGate

@@ -7,12 +7,13 @@ import sys
 from hivemind import DHT
 from opsweb.dht_process import safe_for_large_calls
 
-from coordinator.dht_io import CoordinatorRecords, record_validators
+from coordinator.dht_io import CoordinatorRecords
+from swarmcore.dht.validators import record_validators
 
 
 def main(run: str, maddrs: list[str]) -> int:
     dht = safe_for_large_calls(DHT(start=True, initial_peers=maddrs, client_mode=True,
-                                   record_validators=record_validators(run)))
+                                   record_validators=record_validators(run)[1]))
     try:
         links = asyncio.run(CoordinatorRecords(dht, run).get_links())
     finally:

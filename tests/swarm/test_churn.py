@@ -32,7 +32,7 @@ def write_uniform_topology(path, nodes: int = 6, stages: int = 3, microbatches: 
 
 def run_chaos(tmp_path, chaos: str, steps: int = 6, skip: str = "0", microbatches: int = 2, *extra: str):
     summary = tmp_path / "summary.json"
-    cmd = [sys.executable, "-m", "coordinator.swarm_cli", "--peers", "6", "--stages", "3", "--steps", str(steps),
+    cmd = [sys.executable, "-m", "launcher", "--peers", "6", "--stages", "3", "--steps", str(steps),
            "--skip", skip, "--microbatches", str(microbatches), "--chaos", chaos, "--summary-json", str(summary),
            "--logs-dir", str(tmp_path / "logs"), "--timeout", "400", *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=500)

@@ -122,7 +122,7 @@ def test_sigint_and_sigterm_stop_every_script_within_5s(tmp_path):
     host = Proc("coordinator (SIGTERM)", *coordinator, "--run", "host", "--maddrs-file", str(stale))
     procs = [host, Proc("coordinator (SIGINT)", *coordinator, "--run", "a"),
              Proc("coordinator (SIGINT twice)", *coordinator, "--run", "b")]
-    swarm = ["coordinator.swarm_cli", "--peers", "1", "--stages", "1", "--steps", "1000", "--log-level", "INFO"]
+    swarm = ["launcher", "--peers", "1", "--stages", "1", "--steps", "1000", "--log-level", "INFO"]
     swarms = [Proc("skippipe-swarm (SIGINT)", *swarm, "--logs-dir", str(tmp_path / "s1")),
               Proc("skippipe-swarm (SIGTERM)", *swarm, "--logs-dir", str(tmp_path / "s2"))]
     procs += swarms

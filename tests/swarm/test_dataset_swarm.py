@@ -32,7 +32,7 @@ def test_volunteers_download_the_dataset_and_a_dead_data_node_loses_no_sample(tm
     cache = tmp_path / "peer-cache"
     summary_path = tmp_path / "summary.json"
     # peers 0 and 2 are stage 0 (--chaos pins peer i to stage i % 2); peer 2 dies mid-forward
-    cmd = [sys.executable, "-m", "coordinator.swarm_cli", "--peers", "4", "--stages", "2", "--steps", "60",
+    cmd = [sys.executable, "-m", "launcher", "--peers", "4", "--stages", "2", "--steps", "60",
            "--skip", "0", "--microbatches", "2", "--data", str(dataset), "--chaos", "kill:2@iter3:forward",
            "--summary-json", str(summary_path), "--logs-dir", str(tmp_path / "logs"), "--timeout", "400",
            "--status-port", "off",

@@ -21,7 +21,8 @@ from protocol.messages import RunSpec
 from protocol.schedule import Schedule, StageAssignment
 from protocol.signing import public_key_text, sign
 
-from coordinator.dht_io import CoordinatorRecords, record_validators
+from coordinator.dht_io import CoordinatorRecords
+from swarmcore.dht.validators import record_validators
 from peer.app import StartupError, start_dht
 from peer.config import PeerConfig
 from peer.security.guard import PeerGuard
@@ -42,11 +43,12 @@ class Swarm:
             self.key_path = tmp_path / "join.key"
             create_join_key(self.key_path)
         key = self.key_path.read_bytes().strip() if join_key else None
-        validators = record_validators(RUN)
+        # the coordinator's node validates like CoordinatorApp's: the member rule too, with a key
+        signer, validators = record_validators(RUN, join_key=key)
         self.coordinator = safe_for_large_calls(DHT(start=True, host_maddrs=LOOPBACK, record_validators=validators))
         self.maddrs = [str(a) for a in self.coordinator.get_visible_maddrs()]
         self.organiser = Ed25519PrivateKey.generate()
-        self.view = CoordinatorRecords(self.coordinator, RUN, key, self.organiser, validators[0].local_public_key)
+        self.view = CoordinatorRecords(self.coordinator, RUN, key, self.organiser, signer.local_public_key)
         self.guards, self.dhts = [], [self.coordinator]
 
     def member(self, tmp_path, name: str, join_key=True, organiser_key: str = "") -> tuple[object, object]:

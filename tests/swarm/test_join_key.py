@@ -4,7 +4,9 @@ import asyncio
 import contextlib
 
 import pytest
+from hivemind import DHT
 
+from opsweb.dht_process import safe_for_large_calls
 from protocol import codec
 from protocol import messages as m
 from protocol.errors import ErrorCode
@@ -12,6 +14,7 @@ from protocol.errors import ErrorCode
 from coordinator.dht_io import CoordinatorRecords
 from bench.support import rogue
 from bench.support.harness import coordinator, peers, wait_for
+from swarmcore.dht.validators import record_validators
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -26,9 +29,16 @@ def test_only_key_holders_take_part(tmp_path):
                 stack.enter_context(peers(app, tmp_path / "members", 2, "--join-key", str(key), stages=[0, 1]))
                 stack.enter_context(peers(app, tmp_path / "outsider", 1, stages=[0]))
                 await wait_for(lambda: len(app.summaries) >= 2, 150, "two iterations by the members")
-                everyone = CoordinatorRecords(app.dht, app.config.run)  # a reader that ignores the key
+                # the coordinator's node refuses non-members' adverts (its validators hold the key):
+                # a node and a reader that ignore the key still find the outsider's in the DHT
+                keyless = await asyncio.to_thread(lambda: safe_for_large_calls(DHT(
+                    start=True, initial_peers=app.maddrs, host_maddrs=["/ip4/127.0.0.1/tcp/0"],
+                    record_validators=record_validators(app.config.run)[1])))
+                stack.callback(keyless.shutdown)
+                everyone = CoordinatorRecords(keyless, app.config.run)
                 all_adverts = await wait_for(lambda: _at_least(everyone, 3), 30, "the outsider's advert")
                 members = set(await app.records.get_adverts())
+                assert set(await CoordinatorRecords(app.dht, app.config.run).get_adverts()) == members
                 outsiders = set(all_adverts) - members
                 assert len(members) == 2 and len(outsiders) == 1
                 assert set(app.schedule.stage_of()) == members

@@ -11,7 +11,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 def test_export_from_a_live_swarm(tmp_path):
-    swarm = subprocess.Popen([sys.executable, "-m", "coordinator.swarm_cli", "--peers", "3", "--stages", "3",
+    swarm = subprocess.Popen([sys.executable, "-m", "launcher", "--peers", "3", "--stages", "3",
                               "--steps", "1000", "--skip", "0", "--timeout", "500"],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

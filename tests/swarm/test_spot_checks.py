@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from coordinator.emulated_topology import make_identity
-from coordinator.local_swarm import start_peer, stop_processes
-from bench.support.harness import LOOPBACK, coordinator, planned_with, wait_for
+from bench.support.harness import LOOPBACK, coordinator, planned_with, stop_processes, wait_for
+from launcher.emulated_topology import make_identity
+from launcher.processes import start_peer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 

@@ -10,7 +10,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 def run_swarm(tmp_path, *args, name="summary.json"):
     summary = tmp_path / name
-    cmd = [sys.executable, "-m", "coordinator.swarm_cli", "--summary-json", str(summary),
+    cmd = [sys.executable, "-m", "launcher", "--summary-json", str(summary),
            "--logs-dir", str(tmp_path / "logs"), "--timeout", "400", *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=500)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

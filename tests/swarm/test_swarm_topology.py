@@ -21,7 +21,7 @@ def write_topology(path, slowdown=3.0):
 
 
 def swarm(tmp_path, *args, timeout=500):
-    cmd = [sys.executable, "-m", "coordinator.swarm_cli", "--logs-dir", str(tmp_path / "logs"),
+    cmd = [sys.executable, "-m", "launcher", "--logs-dir", str(tmp_path / "logs"),
            "--timeout", "400", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from coordinator.local_swarm import benchmark_once
+from launcher.processes import benchmark_once
 from peer.benchmark_cli import main
 from peer.hardware import benchmark_layer
 

@@ -1,7 +1,7 @@
-"""Fault-injection specs: peer/chaos.py (`--fault`) and coordinator/chaos_spec.py (`--chaos`)."""
+"""Fault-injection specs: peer/chaos.py (`--fault`) and launcher/chaos_spec.py (`--chaos`)."""
 import pytest
 
-from coordinator.chaos_spec import ChaosSpecError, parse_chaos
+from launcher.chaos_spec import ChaosSpecError, parse_chaos
 from peer.chaos import Fault, FaultSpecError, make_hook, parse_faults
 
 
@@ -111,7 +111,7 @@ def test_stall_and_kill_together():
 
 
 # ---------------------------------------------------------------------------------------------
-# coordinator/chaos_spec.py
+# launcher/chaos_spec.py
 # ---------------------------------------------------------------------------------------------
 def test_parse_chaos_valid():
     assert parse_chaos("kill:1@iter3,stall:2@iter5", peers=3) == {1: "kill@3", 2: "stall@5"}

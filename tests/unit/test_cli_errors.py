@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from coordinator import cli as coordinator_cli
-from coordinator import swarm_cli
+from launcher import cli as swarm_cli
 from peer import cli as peer_cli
-from protocol.cli_support import skip_ratio
+from swarmcore.cli.support import skip_ratio
 from protocol.version import PACKAGE_VERSION, package_version
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -116,7 +116,7 @@ def test_topology_plan_cannot_use_is_refused(tmp_path, capsys):
 
 
 def test_one_default_skip_ratio_everywhere():
-    run = coordinator_cli.run_parser(coordinator_cli.build_parser()).parse_args([])
+    run = coordinator_cli.subcommand_parser(coordinator_cli.build_parser(), "run").parse_args([])
     swarm = swarm_cli.build_parser().parse_args([])
     plan = coordinator_cli.subcommand_parser(coordinator_cli.build_parser(), "plan").parse_args(["--topology", "t"])
     assert run.skip == swarm.skip == plan.skip == skip_ratio("1/3")

@@ -19,6 +19,16 @@ the rules below.
                           token datasets and the sample cursor, shared by coordinator/ and peer/):
                           no torch, nothing else of ours; only tokendata.transfer (dataset files
                           over P2P) uses hivemind
+    swarmcore/            what peer/, coordinator/ and the launcher share (DHT record layer, path
+                          rules, schedule history, run flags, CLI conventions): protocol + itself
+                          of ours; only swarmcore.dht uses hivemind (and pydantic); the rest is
+                          stdlib + protocol, so the pure planner may use swarmcore.path_rules
+    launcher/             `skippipe-swarm`: may use every package of ours, never torch; nothing
+                          imports it
+
+Every top-level package is covered (test_every_top_level_package_is_checked), and no package
+has an import cycle among its modules (test_no_import_cycle_inside_a_package): imports inside
+functions and under TYPE_CHECKING count, since they couple the modules all the same.
 """
 from __future__ import annotations
 
@@ -30,7 +40,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("protocol", "coordinator", "peer", "opsweb", "tokendata", "modelconfig")
+PACKAGES = ("protocol", "coordinator", "peer", "opsweb", "tokendata", "modelconfig", "swarmcore", "launcher")
 STDLIB = frozenset(sys.stdlib_module_names)
 NETWORKING = {"socket", "ssl", "http", "urllib", "asyncio", "selectors", "socketserver",
               "hivemind", "grpc", "aiohttp", "requests", "httpx", "multiaddr", "zmq", "uvloop", "opsweb"}
@@ -123,7 +133,9 @@ def rule_problems(module: str, imp: Import) -> list[str]:
         elif imp.top == "coordinator" and not imp.within("coordinator.planner") \
                 and imp.module != "coordinator":
             bad("the planner imports no coordinator module outside coordinator.planner")
-        elif imp.top not in STDLIB and imp.top not in ("numpy", "protocol", "coordinator"):
+        elif imp.top == "swarmcore" and not imp.within("swarmcore.path_rules"):
+            bad("the planner uses only the pure swarmcore.path_rules of swarmcore/")
+        elif imp.top not in STDLIB and imp.top not in ("numpy", "protocol", "coordinator", "swarmcore"):
             bad("the planner depends only on protocol, the standard library and numpy")
     if module == "coordinator" or module.startswith("coordinator."):
         if imp.top == "peer":
@@ -149,6 +161,20 @@ def rule_problems(module: str, imp: Import) -> list[str]:
         elif imp.top not in STDLIB and imp.top not in ("numpy", "tokenizers", "pyarrow", "regex", "tokendata",
                                                        "protocol", "hivemind"):
             bad("tokendata/ depends on the standard library, numpy, tokenizers, regex, pyarrow and protocol only")
+    if module == "swarmcore" or module.startswith("swarmcore."):
+        if _ours(imp) and imp.top not in ("swarmcore", "protocol"):
+            bad("swarmcore/ imports nothing of ours but protocol/")
+        elif module.startswith("swarmcore.dht"):
+            if imp.top not in STDLIB and imp.top not in ("swarmcore", "protocol", "hivemind", "pydantic"):
+                bad("swarmcore.dht depends on the standard library, hivemind, pydantic and protocol only")
+        elif imp.top not in STDLIB and imp.top not in ("swarmcore", "protocol"):
+            bad("swarmcore/ outside swarmcore.dht depends on the standard library and protocol only")
+        elif imp.top == "swarmcore" and imp.within("swarmcore.dht"):
+            bad("only swarmcore.dht uses the DHT layer inside swarmcore/ (the rest stays hivemind-free)")
+    if imp.top == "launcher" and not (module == "launcher" or module.startswith("launcher.")):
+        bad("nothing imports the launcher")
+    if (module == "launcher" or module.startswith("launcher.")) and imp.top == "torch":
+        bad("the launcher never imports torch")
     if module.startswith("peer.compute"):
         if imp.top in NETWORKING:
             bad("peer/compute/ has no hivemind, no asyncio, no networking")
@@ -190,6 +216,88 @@ def test_dependency_direction(path):
     module, is_package = module_name(path)
     problems = check_source(path.read_text(encoding="utf-8"), module, is_package, KNOWN)
     assert not problems, "\n".join(problems)
+
+
+def top_level_packages(root: Path = ROOT) -> set[str]:
+    """Every folder at the top with an __init__.py, tests/ aside."""
+    return {p.parent.name for p in root.glob("*/__init__.py")} - {"tests"}
+
+
+def test_every_top_level_package_is_checked():
+    import tomllib
+    assert top_level_packages() == set(PACKAGES)
+    installed = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    on_disk = {module_name(p)[0] for p in FILES if p.name == "__init__.py"}
+    assert set(installed) == on_disk, "pyproject.toml's packages list is not the tree's packages"
+
+
+def import_graph(files: list[Path], root: Path = ROOT) -> dict[str, set[str]]:
+    """module -> the modules of its own top-level package that it imports."""
+    known = known_modules_of(files, root)
+    graph: dict[str, set[str]] = {}
+    for path in files:
+        module, is_package = module_name(path, root)
+        top = module.split(".")[0]
+        graph[module] = {imp.module for imp in imports_of(path.read_text(encoding="utf-8"), module, is_package, known)
+                         if imp.module in known and imp.top == top and imp.module != module}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+# The pipeline worker's collaborators still reach each other (under TYPE_CHECKING); issue 22's
+# worker split removes this cycle, and then this entry (test_known_cycles_are_still_real).
+KNOWN_CYCLES = [["peer.pipeline.averaging", "peer.pipeline.recovery", "peer.pipeline.rejoin",
+                 "peer.pipeline.state_sync", "peer.pipeline.worker"]]
+
+
+def test_no_import_cycle_inside_a_package():
+    cycles = [c for c in import_cycles(import_graph(FILES)) if c not in KNOWN_CYCLES]
+    assert not cycles, "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def test_known_cycles_are_still_real():
+    assert all(c in import_cycles(import_graph(FILES)) for c in KNOWN_CYCLES), \
+        "a known cycle is gone: drop it from KNOWN_CYCLES"
+
+
+def test_cycle_finder_on_a_synthetic_graph():
+    graph = {"p.a": {"p.b"}, "p.b": {"p.c"}, "p.c": {"p.a"}, "p.d": {"p.a"}, "p.e": set()}
+    assert import_cycles(graph) == [["p.a", "p.b", "p.c"]]
+    assert import_cycles({"p.a": {"p.b"}, "p.b": set()}) == []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -238,6 +346,16 @@ VIOLATIONS = [
     ("tokendata.build", "from peer.data import ByteTokenizer"),
     ("tokendata.cursor", "import hivemind"),
     ("tokendata.build", "from coordinator import config"),
+    ("protocol.codec", "from swarmcore.cli.support import positive_int"),
+    ("swarmcore.cli.support", "from peer.config import PeerConfig"),
+    ("swarmcore.cli.support", "from coordinator import config"),
+    ("swarmcore.cli.support", "import hivemind"),
+    ("swarmcore.path_rules", "from swarmcore.dht.validators import record_validators"),
+    ("swarmcore.dht.validators", "import torch"),
+    ("coordinator.planner.paths", "from swarmcore.dht.validators import record_validators"),
+    ("coordinator.app", "from launcher.cli import main"),
+    ("peer.app", "import launcher"),
+    ("launcher.cli", "import torch"),
 ]
 
 
@@ -260,6 +378,13 @@ ALLOWED = [
     ("opsweb.stopping", "import asyncio\nimport signal\nimport uvloop"),
     ("peer.compute.runner", "import torch\nimport threading\nfrom .model import Decoder\nfrom protocol.tensors import TensorPayload"),
     ("tokendata.build", "import numpy as np\nimport pyarrow.parquet as pq\nfrom tokenizers import Tokenizer\nfrom .manifest import X"),
+    ("swarmcore.dht.validators", "import pydantic.v1\nfrom hivemind.dht.crypto import RSASignatureValidator\n"
+                                 "from protocol import ids"),
+    ("swarmcore.cli.support", "import argparse\nfrom protocol.ids import check_run_name"),
+    ("coordinator.planner.rules", "from swarmcore.path_rules import MAX_JUMP"),
+    ("coordinator.app", "from swarmcore.dht.records import RecordStore"),
+    ("peer.app", "from swarmcore.dht.validators import record_validators"),
+    ("launcher.cli", "import asyncio\nfrom coordinator.app import CoordinatorApp\nfrom peer.cli import build_parser"),
 ]
 
 

@@ -64,7 +64,7 @@ def test_cli_refuses_a_bad_config_at_once(tmp_path):
     bad = tmp_path / "config.json"
     bad.write_text(json.dumps({**GOOD, "num_key_value_heads": 4}))
     for cmd in (["coordinator.cli", "--model", str(bad)],
-                ["coordinator.swarm_cli", "--model", str(bad), "--peers", "2", "--stages", "2"],
+                ["launcher", "--model", str(bad), "--peers", "2", "--stages", "2"],
                 ["coordinator.cli", "--model", "tiny", "--stages", "7"]):
         proc = subprocess.run([sys.executable, "-m", *cmd], capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2, proc.stderr

@@ -8,7 +8,7 @@ from importlib.metadata import packages_distributions
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-OURS = {"protocol", "opsweb", "coordinator", "peer", "modelconfig", "tokendata"}
+OURS = {"protocol", "opsweb", "coordinator", "peer", "modelconfig", "tokendata", "swarmcore", "launcher"}
 
 
 def third_party_imports() -> set[str]:

@@ -6,7 +6,7 @@ from hivemind.dht.crypto import RSASignatureValidator
 from hivemind.dht.validation import DHTRecord
 from hivemind.utils.crypto import RSAPrivateKey
 
-from peer.security.dht_guard import CachedSignatureValidator, record_validators
+from swarmcore.dht.validators import CachedSignatureValidator, record_validators
 
 
 def signed_record(signer: RSASignatureValidator, value: bytes = b"advert") -> DHTRecord:

@@ -1,4 +1,4 @@
-"""protocol.settings (flags from environment variables and a TOML file) and protocol.logsetup."""
+"""swarmcore.cli.settings (flags from environment variables and a TOML file) and swarmcore.cli.logsetup."""
 import io
 import json
 import logging
@@ -6,10 +6,10 @@ import logging
 import pytest
 
 from coordinator import cli as coordinator_cli
-from coordinator import swarm_cli
+from launcher import cli as swarm_cli
 from peer import cli as peer_cli
-from protocol.logsetup import setup_logging
-from protocol.settings import apply_settings
+from swarmcore.cli.logsetup import setup_logging
+from swarmcore.cli.settings import apply_settings
 
 MADDR = "/ip4/127.0.0.1/tcp/4000/p2p/12D3KooWS4Lu25p9TxgZAhwHZLN4x3kUmptgqzJLyoiFP89cXYE4"
 MADDR2 = MADDR.replace("127.0.0.1", "127.0.0.2")
@@ -38,7 +38,7 @@ def test_precedence_flag_over_section_env_over_env_over_file(tmp_path):
     assert args.initial_peers == [MADDR]
     assert peer_args(["--max-activations", "7", "--run", "cli"], env).max_activations == 7
     # one file for all three: the coordinator has no --max-activations and skips that top-level key
-    parser = coordinator_cli.run_parser(coordinator_cli.build_parser())
+    parser = coordinator_cli.subcommand_parser(coordinator_cli.build_parser(), "run")
     apply_settings(parser, ["--config", str(cfg)], "coordinator", {})
     assert parser.parse_args([]).run == "coord"
 
@@ -73,7 +73,7 @@ def test_all_three_clis_accept_their_sections(tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text('[coordinator]\nstatus-port = 0\nstages = 2\nlog-format = "json"\n'
                    '[swarm]\npeers = 2\nstatus_port = "off"\n')
-    parser = coordinator_cli.run_parser(coordinator_cli.build_parser())
+    parser = coordinator_cli.subcommand_parser(coordinator_cli.build_parser(), "run")
     apply_settings(parser, [], "coordinator", {"SKIPPIPE_CONFIG": str(cfg)})
     args = parser.parse_args([])
     assert (args.status_port, args.stages, args.log_format) == (0, 2, "json")

@@ -1,11 +1,11 @@
 """skippipe-swarm notices a peer that exits before the first schedule instead of waiting out
---timeout (coordinator/swarm_cli.py startup_failure)."""
+--timeout (launcher/swarm.py startup_failure)."""
 import asyncio
 import subprocess
 import sys
 import time
 
-from coordinator.swarm_cli import startup_failure
+from launcher.swarm import startup_failure
 
 
 class FakeApp:

@@ -1,4 +1,5 @@
-"""DHT record validators for one run (installed in every member's DHT node).
+"""DHT record validators for one run, installed in every member's DHT node: every peer's and
+the coordinator's, so no node of the run stores what the others would refuse.
 
 - hivemind's RSASignatureValidator: a subkey `[owner:<key>]` changes only with that key's
   signature, so a peer can write only its own subkey.
@@ -102,9 +103,10 @@ class MemberAdvertValidator(RecordValidatorBase):
         return False
 
 
-def record_validators(run: str, private_key: RSAPrivateKey | None,
-                      join_key: bytes | None) -> tuple[RSASignatureValidator, list[RecordValidatorBase]]:
-    """(the signer, every validator for DHT(record_validators=...))."""
+def record_validators(run: str, private_key: RSAPrivateKey | None = None,
+                      join_key: bytes | None = None) -> tuple[RSASignatureValidator, list[RecordValidatorBase]]:
+    """(the signer, every validator for DHT(record_validators=...)). Without `private_key` the
+    signer has a fresh key: enough for a node that writes no owned subkey (the coordinator)."""
     signer = CachedSignatureValidator(private_key)
     validators: list[RecordValidatorBase] = [signer, SchemaValidator(record_schema(run), allow_extra_keys=True),
                                              ExpiryBound()]

@@ -51,12 +51,6 @@ def terminate_processes(processes: list[subprocess.Popen]) -> None:
         _signal_group(p, signal.SIGTERM)
 
 
-def stop_processes(processes: list[subprocess.Popen], grace_s: float = 10.0) -> None:
-    """SIGTERM each process group, wait up to `grace_s`, then SIGKILL what is left."""
-    terminate_processes(processes)
-    wait_or_kill(processes, grace_s)
-
-
 def wait_or_kill(processes: list[subprocess.Popen], grace_s: float) -> None:
     """Wait up to `grace_s` for processes already told to stop (a second SIGTERM would make
     them stop at once, unclean), then SIGKILL what is left."""

@@ -1,9 +1,8 @@
 """Conventions shared by every console script: one-line errors, exit codes, the argument
 types the three scripts share (run names, model names, skip ratios, folders), --version.
 
-Lives in protocol/ because peer/ and coordinator/ may not import each other, and the
-user-facing contract ("bad flag -> one line on stderr, exit 2") is part of the interface.
-Stdlib only (the multiaddr check, which needs the multiaddr package, is opsweb/addresses.py).
+Shared here because peer/ and coordinator/ may not import each other; the user-facing
+contract is "bad flag -> one line on stderr, exit 2". Stdlib and protocol only (the multiaddr check, which needs the multiaddr package, is opsweb/addresses.py).
 """
 import argparse
 import math

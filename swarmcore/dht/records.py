@@ -1,0 +1,61 @@
+"""Reading and writing one run's DHT records: every call awaits hivemind's future (never
+blocks the loop) and is bounded by a timeout; malformed or forged records are skipped and
+counted, never trusted. The coordinator and the peer each add the records they write."""
+import asyncio
+import logging
+import time
+from typing import Any
+
+from hivemind import DHT
+
+from protocol import codec, ids
+from protocol.adverts import LinkReport, PeerAdvert
+from protocol.membership import is_member
+from protocol.owner import peer_id_of_subkey
+from protocol.records import decode_subkey_records
+
+logger = logging.getLogger(__name__)
+DHT_TIMEOUT_S = 10.0
+
+
+class RunRecords:
+    """`join_key`: when set, adverts without a valid member proof are dropped (and counted in
+    `non_members`); `bad_records` counts the malformed or forged ones skipped."""
+
+    def __init__(self, dht: DHT, run: str, join_key: bytes | None = None):
+        self.dht = dht
+        self.run = run
+        self.join_key = join_key
+        self.bad_records = 0
+        self.non_members = 0
+
+    async def _store(self, key: str, message: Any, ttl_s: float, subkey: bytes | None = None) -> bool:
+        async with asyncio.timeout(DHT_TIMEOUT_S):
+            return bool(await self.dht.store(key, codec.encode(message), time.time() + ttl_s,
+                                             subkey=subkey, return_future=True))
+
+    async def _get(self, key: str) -> Any:
+        async with asyncio.timeout(DHT_TIMEOUT_S):
+            found = await self.dht.get(key, latest=True, return_future=True)
+        return None if found is None else found.value
+
+    async def _subkeys(self, key: str, expected: type) -> dict[str, Any]:
+        """Each peer's record under `key`, by peer id; only records its owner signed."""
+        value = await self._get(key)
+        records = {k: v.value for k, v in value.items()} if isinstance(value, dict) else {}
+        decoded, problems = decode_subkey_records(records, expected, owner_of=peer_id_of_subkey)
+        if problems:
+            self.bad_records += len(problems)
+            logger.debug("skipped %d bad %s record(s): %s", len(problems), expected.__name__, problems[:3])
+        return decoded
+
+    async def get_adverts(self) -> dict[str, PeerAdvert]:
+        adverts = await self._subkeys(ids.peers_key(self.run), PeerAdvert)
+        if self.join_key is None:
+            return adverts
+        members = {p: a for p, a in adverts.items() if is_member(self.join_key, self.run, p, a.member_proof)}
+        self.non_members += len(adverts) - len(members)
+        return members
+
+    async def get_links(self) -> dict[str, LinkReport]:
+        return await self._subkeys(ids.links_key(self.run), LinkReport)
