@@ -13,7 +13,8 @@ from protocol.schedule import Schedule, StageAssignment
 from protocol.signing import (KEY_PREFIX, SignatureError, SignedRecord, open_signed, parse_public_key, public_key_text,
                               sign, split_run_address, verify)
 
-ORGANISER, MALLORY = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
+# fixed keys: test ids (parametrised below) must be the same in every pytest-xdist worker
+ORGANISER, MALLORY = (Ed25519PrivateKey.from_private_bytes(bytes([seed]) * 32) for seed in (1, 2))
 PINNED = public_key_text(ORGANISER)
 SPEC = RunSpec("run-1", "tiny", 3, 1 / 3, learning_rate=3e-3)
 
