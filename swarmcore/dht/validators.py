@@ -7,7 +7,7 @@ the coordinator's, so no node of the run stores what the others would refuse.
   subkeys and bounded byte values, so nobody can add an unsigned subkey beside them.
 - MemberAdvertValidator (only with a join key): an advert without a valid member proof is
   refused at store time, so non-members cannot write adverts into members' nodes.
-Readers still check every record (protocol.records), since a stranger's own node stores anything.
+Readers still check every record (swarmcore.dht.subkey_records), since a stranger's own node stores anything.
 
 Signature checks are cached (CachedSignatureValidator): every read of a key validates each
 record of every node that answers, and parsing the key and verifying the signature was most of
