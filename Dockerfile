@@ -32,6 +32,8 @@ COPY coordinator ./coordinator
 COPY peer ./peer
 COPY modelconfig ./modelconfig
 COPY tokendata ./tokendata
+COPY swarmcore ./swarmcore
+COPY launcher ./launcher
 RUN pip install --no-deps .
 
 USER peer

@@ -6,15 +6,16 @@ import argparse
 import difflib
 import sys
 
-from modelconfig import ConfigError, check_stages, resolve_model, to_spec_json
 from opsweb.addresses import multiaddr
 from swarmcore.cli.logsetup import add_logging_flags, setup_logging
 from swarmcore.cli.run_flags import COORDINATOR, add_run_flags
 from swarmcore.cli.settings import add_config_flag, apply_settings
-from swarmcore.cli.support import EXIT_USAGE, OneLineErrorParser, add_version_flag, fail_usage, non_negative_int
+from swarmcore.cli.support import EXIT_USAGE, OneLineErrorParser, add_version_flag, non_negative_int
 
 from coordinator import data_cli, export_cli, offline_cli
 from coordinator.config import CoordinatorConfig
+from coordinator.run_args import (hivemind_logs_as, print_path_length, resolve_arch, resolve_data_or_exit,
+                                  run_config_fields)
 
 DESCRIPTION = """\
 Coordinate a SkipPipe Swarm training run, or plan and simulate schedules offline.
@@ -54,49 +55,24 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=run_command)
 
 
-def resolve_data_or_exit(prog: str, args: argparse.Namespace):
-    """The run's data, checked before any network starts: one line and exit code 2 if unusable."""
-    from coordinator.data_setup import DataSetupError, resolve_run_data
-    try:
-        return resolve_run_data(args.data, args.tokenizer)
-    except DataSetupError as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-
-
 def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
     return CoordinatorConfig(
-        run=args.run, model=args.arch.name, model_config=to_spec_json(args.arch), num_stages=args.stages, skip_ratio=args.skip,
-        strategy=args.strategy, seed=args.seed, max_steps=args.steps,
-        microbatch_samples=args.microbatch_samples, seq_len=args.seq_len,
-        microbatches_per_origin=args.microbatches, learning_rate=args.lr, warmup_steps=args.warmup,
+        **run_config_fields(args), warmup_steps=args.warmup,
         host_maddrs=tuple(args.host_maddrs), announce_maddrs=tuple(args.announce_maddrs),
-        initial_peers=tuple(args.initial_peers), min_peers=args.min_peers, status_port=args.status_port,
-        status_host=args.status_host, maddrs_file=args.maddrs_file,
-        join_key_path=args.join_key, organiser_key_path=args.organiser_key, data_dir=args.data, tokenizer=args.tokenizer, checkpoint_dir=args.checkpoint_dir,
-    )
+        initial_peers=tuple(args.initial_peers), min_peers=args.min_peers,
+        status_host=args.status_host, maddrs_file=args.maddrs_file, organiser_key_path=args.organiser_key)
 
 
 def run_command(args: argparse.Namespace) -> int:
     run_data = resolve_data_or_exit("skippipe-coordinator", args)
-    try:  # the model's vocabulary follows the run's tokenizer
-        args.arch = resolve_model(args.model, run_data.vocab_size)
-        check_stages(args.arch, args.stages)
-    except ConfigError as exc:
-        return fail_usage("skippipe-coordinator", f"--model: {exc}" if exc.field != "--model" else str(exc))
+    failed = resolve_arch("skippipe-coordinator", args, run_data.vocab_size)
+    if failed is not None:
+        return failed
     setup_logging(args.log_level, args.log_format)
-    from coordinator.planner.rules import describe_path
-    k = 0.0 if args.strategy == "full" else args.skip   # `full` visits every stage whatever --skip says
-    print(f"{args.strategy}, skip ratio {k:.4g}: {describe_path(args.stages, k)}", flush=True)
+    print_path_length(args)
     from coordinator.app import run_coordinator  # hivemind only once the flags are valid
     hivemind_logs_as(args.log_format)
     return run_coordinator(config_from_args(args), run_data)
-
-
-def hivemind_logs_as(log_format: str) -> None:
-    if log_format == "json":  # hivemind's own colored handler would bypass the JSON one
-        from hivemind.utils.logging import use_hivemind_log_handler
-        use_hivemind_log_handler("nowhere")
 
 
 def build_parser() -> argparse.ArgumentParser:

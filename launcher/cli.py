@@ -4,7 +4,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from modelconfig import ConfigError, check_stages, resolve_model
 from opsweb.stopping import run_until_stopped
 from protocol.errors import ProtocolError
 from protocol.messages import SHARE_DTYPES
@@ -14,7 +13,7 @@ from swarmcore.cli.run_flags import LAUNCHER, add_run_flags
 from swarmcore.cli.settings import add_config_flag, apply_settings
 from swarmcore.cli.support import OneLineErrorParser, add_version_flag, fail_usage, positive_int
 
-from coordinator.cli import resolve_data_or_exit
+from coordinator.run_args import print_path_length, resolve_arch, resolve_data_or_exit
 
 from launcher.chaos_spec import ChaosSpecError, parse_chaos
 from launcher.swarm import run_swarm
@@ -89,11 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     if not 0.0 <= args.spot_check_rate <= 1.0:
         return fail_usage("skippipe-swarm", f"--spot-check-rate must be between 0 and 1, got {args.spot_check_rate}")
     args.run_data = resolve_data_or_exit("skippipe-swarm", args)
-    try:  # the model's vocabulary follows the run's tokenizer
-        args.arch = resolve_model(args.model, args.run_data.vocab_size)
-        check_stages(args.arch, args.stages)
-    except ConfigError as exc:
-        return fail_usage("skippipe-swarm", f"--model: {exc}" if exc.field != "--model" else str(exc))
+    failed = resolve_arch("skippipe-swarm", args, args.run_data.vocab_size)
+    if failed is not None:
+        return failed
     if args.stages > args.peers:
         return fail_usage("skippipe-swarm", f"--stages {args.stages} needs at least as many --peers (got {args.peers})")
     try:
@@ -101,9 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     except ChaosSpecError as exc:
         return fail_usage("skippipe-swarm", str(exc))
     setup_logging(args.log_level, args.log_format)
-    from coordinator.planner.rules import describe_path
-    k = 0.0 if args.strategy == "full" else args.skip   # `full` visits every stage whatever --skip says
-    print(f"{args.strategy}, skip ratio {k:.4g}: {describe_path(args.stages, k)}", flush=True)
+    print_path_length(args)
     return run_until_stopped(lambda stop: run_swarm(args, stop), "the swarm")
 
 

@@ -8,10 +8,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from modelconfig import to_spec_json
-
 from coordinator.config import CoordinatorConfig
 from coordinator.planner.costs import LOCAL_SWARM_OVERHEADS
+from coordinator.run_args import hivemind_logs_as, run_config_fields
 
 from launcher.emulated_topology import assign_nodes, with_emulated_links
 from launcher.peer_args import LOOPBACK, Emulation, peer_argv
@@ -59,17 +58,10 @@ async def startup_failure(peers, app, logs: Path, coordinator: asyncio.Task, dea
 
 
 def coordinator_config(args, logs: Path) -> CoordinatorConfig:
-    return CoordinatorConfig(
-        run=args.run, model=args.arch.name, model_config=to_spec_json(args.arch), num_stages=args.stages,
-        skip_ratio=args.skip, strategy=args.strategy, seed=args.seed, max_steps=args.steps,
-        microbatch_samples=args.microbatch_samples, seq_len=args.seq_len,
-        microbatches_per_origin=args.microbatches, learning_rate=args.lr,
-        host_maddrs=(LOOPBACK,), min_peers=args.peers,
-        join_key_path=str(args.join_key) if args.join_key else "", status_port=args.status_port,
-        data_dir=args.data, tokenizer=args.tokenizer,
-        checkpoint_dir=str(args.checkpoint_dir) if args.checkpoint_dir else "", switch_margin_s=args.switch_margin,
-        organiser_key_path=str(logs / "organiser.pem"),   # the peers pin it (--run NAME@KEY)
-        overheads=LOCAL_SWARM_OVERHEADS)   # every peer on this one machine: its measured fixed costs
+    return CoordinatorConfig(**run_config_fields(args), host_maddrs=(LOOPBACK,), min_peers=args.peers,
+                             switch_margin_s=args.switch_margin,
+                             organiser_key_path=str(logs / "organiser.pem"),   # the peers pin it (--run NAME@KEY)
+                             overheads=LOCAL_SWARM_OVERHEADS)   # every peer on this one machine: its measured fixed costs
 
 
 async def prepare_emulation(args, app, logs: Path) -> Emulation | None:
@@ -136,7 +128,6 @@ def report(args, app, wall_s: float) -> dict:
 
 async def run_swarm(args, stop: asyncio.Event | None = None) -> int:
     from coordinator.app import CoordinatorApp  # hivemind: only once the flags are valid
-    from coordinator.cli import hivemind_logs_as
     hivemind_logs_as(args.log_format)
     logs = args.logs_dir or Path(tempfile.mkdtemp(prefix="skippipe-swarm-"))
     logs.mkdir(parents=True, exist_ok=True)

@@ -100,37 +100,3 @@ def split_run_address(text: str) -> tuple[str, str | None]:
     parse_public_key(key, field="run")
     return name, key
 
-
-@dataclass(frozen=True)
-class Opened:
-    message: object | None         # the chosen record's message, or None
-    signer: str | None             # the key it was signed with
-    refused: int                   # records that were malformed or signed by another key
-    problem: str = ""              # why nothing was chosen although signed records exist
-
-
-def open_signed(raw_values: list[bytes], kind: str, expected: type, pinned: str | None,
-                rank=lambda message: 0) -> Opened:
-    """The highest-ranked `expected` among DHT values holding SignedRecords of `kind`.
-
-    With a `pinned` key only its records count. Without one (a peer that joined with a plain
-    run name) the records must all come from one key, which the caller then pins (trust on
-    first use); two keys at once are refused, since the reader cannot tell which is the
-    organiser. Ties in `rank` go to the later value (callers list values oldest first)."""
-    from protocol import codec                      # codec registers SignedRecord: import late
-    found: list[tuple[object, str]] = []
-    refused = 0
-    for raw in raw_values:
-        try:
-            record = codec.decode(raw, expected=SignedRecord)
-            payload = verify(record, pinned or record.signer, kind)
-            found.append((codec.decode(payload, expected=expected), record.signer))
-        except ProtocolError:
-            refused += 1
-    if pinned is None and len({signer for _, signer in found}) > 1:
-        return Opened(None, None, refused, f"records of this run are signed by {len({s for _, s in found})} "
-                                           f"different keys: join with --run NAME@KEY (the coordinator prints it)")
-    if not found:
-        return Opened(None, None, refused)
-    best = max(range(len(found)), key=lambda i: (rank(found[i][0]), i))
-    return Opened(found[best][0], found[best][1], refused)

@@ -9,9 +9,9 @@ from hivemind import DHT
 from protocol import ids
 from protocol.adverts import LinkReport, PeerAdvert
 from protocol.messages import ProgressRecord, RunSpec
-from protocol.records import dht_values
+from swarmcore.dht.subkey_records import dht_values
 from protocol.schedule import Schedule
-from protocol.signing import open_signed
+from swarmcore.dht.signed_records import open_signed
 from protocol.spot_checks import SpotCheckRecord
 from swarmcore.dht.records import RunRecords
 

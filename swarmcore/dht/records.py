@@ -12,7 +12,7 @@ from protocol import codec, ids
 from protocol.adverts import LinkReport, PeerAdvert
 from protocol.membership import is_member
 from protocol.owner import peer_id_of_subkey
-from protocol.records import decode_subkey_records
+from swarmcore.dht.subkey_records import decode_subkey_records
 
 logger = logging.getLogger(__name__)
 DHT_TIMEOUT_S = 10.0

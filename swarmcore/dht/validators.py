@@ -10,7 +10,7 @@ the coordinator's, so no node of the run stores what the others would refuse.
   honest refreshes for a month).
 - MemberAdvertValidator (only with a join key): an advert without a valid member proof is
   refused at store time, so non-members cannot write adverts into members' nodes.
-Readers still check every record (protocol.records), since a stranger's own node stores anything.
+Readers still check every record (swarmcore.dht.subkey_records), since a stranger's own node stores anything.
 
 Signature checks are cached (CachedSignatureValidator): every read of a key validates each
 record of every node that answers, and parsing the key and verifying the signature was most of
@@ -27,7 +27,7 @@ from hivemind.dht.schema import BytesWithPublicKey, SchemaValidator
 from hivemind.dht.validation import DHTRecord, RecordValidatorBase
 from hivemind.utils.crypto import RSAPrivateKey
 
-from opsweb.dht_expiry import ExpiryBound
+from swarmcore.dht.expiry import ExpiryBound
 from protocol import codec, ids
 from protocol.adverts import PeerAdvert
 from protocol.errors import ProtocolError

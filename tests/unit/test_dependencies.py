@@ -219,8 +219,9 @@ def test_dependency_direction(path):
 
 
 def top_level_packages(root: Path = ROOT) -> set[str]:
-    """Every folder at the top with an __init__.py, tests/ aside."""
-    return {p.parent.name for p in root.glob("*/__init__.py")} - {"tests"}
+    """Every folder at the top with an __init__.py; tests/ and tools/ (developer scripts, not
+    installed) aside."""
+    return {p.parent.name for p in root.glob("*/__init__.py")} - {"tests", "tools"}
 
 
 def test_every_top_level_package_is_checked():

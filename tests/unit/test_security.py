@@ -11,7 +11,7 @@ from protocol import codec
 from protocol.adverts import PeerAdvert, PeerState
 from protocol.membership import JoinKeyError, create_join_key, is_member, load_join_key, member_proof
 from protocol.owner import BadOwnerKey, owner_subkey, peer_id_of_subkey
-from protocol.records import decode_subkey_records
+from swarmcore.dht.subkey_records import decode_subkey_records
 
 from peer.security.identity import DuplicateIdentity, IdentityError, load_identity
 from peer.security.limits import Admission, Limits, Overloaded, coalesced

@@ -43,3 +43,15 @@ def test_the_cache_is_bounded_and_keeps_recent_records():
 def test_peers_install_the_cached_validator():
     signer, validators = record_validators("run", RSAPrivateKey(), None)
     assert isinstance(signer, CachedSignatureValidator) and signer in validators
+
+
+def test_the_coordinator_installs_the_same_validators_as_the_peers():
+    """coordinator/app.py calls record_validators(run, join_key=...) with no key of its own: the
+    signature cache, and with a join key the member rule, as on every peer's node."""
+    from swarmcore.dht.validators import MemberAdvertValidator
+    signer, validators = record_validators("run", join_key=b"secret")
+    assert isinstance(signer, CachedSignatureValidator) and signer in validators
+    assert any(isinstance(v, MemberAdvertValidator) for v in validators)
+    peer_kinds = [type(v) for v in record_validators("run", RSAPrivateKey(), b"secret")[1]]
+    assert [type(v) for v in validators] == peer_kinds
+    assert not any(isinstance(v, MemberAdvertValidator) for v in record_validators("run")[1])

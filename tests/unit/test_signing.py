@@ -10,8 +10,9 @@ from protocol import codec
 from protocol.errors import FieldError, ProtocolError
 from protocol.messages import RunSpec
 from protocol.schedule import Schedule, StageAssignment
-from protocol.signing import (KEY_PREFIX, SignatureError, SignedRecord, open_signed, parse_public_key, public_key_text,
-                              sign, split_run_address, verify)
+from protocol.signing import (KEY_PREFIX, SignatureError, SignedRecord, parse_public_key, public_key_text, sign,
+                              split_run_address, verify)
+from swarmcore.dht.signed_records import open_signed
 
 # fixed keys: test ids (parametrised below) must be the same in every pytest-xdist worker
 ORGANISER, MALLORY = (Ed25519PrivateKey.from_private_bytes(bytes([seed]) * 32) for seed in (1, 2))

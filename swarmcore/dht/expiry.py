@@ -6,7 +6,7 @@ validator in every member's DHT node, such a store is refused at honest nodes, a
 comes back from a lookup with such an expiry is dropped. Our own records expire within an hour.
 
 Duck-typed against hivemind's RecordValidatorBase (validate, sign_value, strip_value, priority,
-merge_with), so that this package needs nothing but the standard library.
+merge_with): it needs nothing but the standard library.
 """
 import time
 
