@@ -4,8 +4,8 @@ Per topology (the paper's geo setting: 20 nodes of the geo preset, 6 stages, k =
 more random great-circle topologies of 20 nodes; one of 200), for SkipPipe and the full
 pipeline: the steady period (coordinator/planner/steady.py), the lower bound of the schedule's
 partition (coordinator/planner/bound.py), their ratio (the gap), the time per microbatch
-(period / microbatches: the strategies may plan different global batches, so they are
-compared per microbatch) and the planning wall time. The planner is pure CPU work: the
+(period / microbatches) and the planning wall time, every strategy at the same global batch
+(--batch-per-node x nodes microbatches per iteration, split among its data nodes by speed). The planner is pure CPU work: the
 machine's load changes only the planning seconds, which are printed with the load average.
 
     .venv/bin/python bench/planner.py [--seed S] [--big-nodes 200]
@@ -13,6 +13,7 @@ Last line: RESULT geo_gap=<skippipe> geo_ratio=<skippipe/full per microbatch> ga
     ratio_big=<skippipe/full per microbatch> plan_s_big=<skippipe> ... (big: --big-nodes)
 """
 import argparse
+import dataclasses
 import os
 import random
 import sys
@@ -42,6 +43,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=1, help="seed of the paper's geo setting (others: seed+1..+3)")
     ap.add_argument("--big-nodes", type=int, default=200, help="nodes of the large topology (default: 200)")
+    ap.add_argument("--batch-per-node", type=float, default=1.5,
+                    help="global batch = this x nodes, the same for every strategy (default: 1.5, SkipPipe's "
+                         "own choice at 20 nodes; 0: each strategy's own batch)")
     args = ap.parse_args()
     cases = [("geo20 (paper)", 20, args.seed)] + [(f"random20 #{i}", 20, args.seed + i) for i in (1, 2, 3)] \
         + [(f"geo{args.big_nodes}", args.big_nodes, args.seed)]
@@ -51,6 +55,8 @@ def main() -> int:
     results = {}
     for name, nodes, seed in cases:
         topo = make_topology("geo", nodes, random.Random(seed))
+        batch = round(args.batch_per_node * nodes)
+        topo = dataclasses.replace(topo, workload=dataclasses.replace(topo.workload, global_batch=batch))
         for strategy, skip in STRATEGIES:
             r = results[name, strategy] = measure(topo, strategy, skip, seed)
             print(f"{name:15} {strategy:9} {r['microbatches']:4d} {r['period']:9.2f} {r['bound']:8.2f} "
@@ -63,7 +69,7 @@ def main() -> int:
     print(f"RESULT geo_gap={results[geo, 'skippipe']['gap']:.3f} geo_ratio={ratio[geo]:.3f} "
           f"gap20_max={gap20:.3f} full_geo_gap={results[geo, 'full']['gap']:.3f} ratio_big={ratio[big]:.3f} "
           f"plan_s_big={results[big, 'skippipe']['plan_s']:.2f} full_plan_s_big={results[big, 'full']['plan_s']:.2f} "
-          f"big_nodes={args.big_nodes}")
+          f"big_nodes={args.big_nodes} batch_per_node={args.batch_per_node}")
     return 0
 
 

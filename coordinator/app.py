@@ -47,7 +47,7 @@ def spec_from_config(config: CoordinatorConfig, data: RunData | None = None) -> 
                    num_stages=config.num_stages,
                    skip_ratio=config.skip_ratio, seed=config.seed,
                    microbatch_samples=config.microbatch_samples, seq_len=config.seq_len,
-                   microbatches_per_origin=config.microbatches_per_origin,
+                   microbatches_per_origin=config.microbatches_per_origin, global_batch=config.global_batch,
                    learning_rate=config.learning_rate, warmup_steps=config.warmup_steps,
                    max_steps=config.max_steps)
 
@@ -365,7 +365,7 @@ def run_coordinator(config: CoordinatorConfig, run_data: RunData | None = None) 
 # the run spec's fields that a coordinator flag sets, for error messages
 SPEC_FLAGS = {"learning_rate": "--lr", "warmup_steps": "--warmup", "max_steps": "--steps", "skip_ratio": "--skip",
               "num_stages": "--stages", "microbatch_samples": "--microbatch-samples", "seq_len": "--seq-len",
-              "microbatches_per_origin": "--microbatches", "run": "--run"}
+              "microbatches_per_origin": "--microbatches", "global_batch": "--global-batch", "run": "--run"}
 
 
 def print_summary(s: IterationSummary) -> None:

@@ -36,6 +36,9 @@ class RunSpec:
     tokenizer_hash: str = ""         # sha256 of the tokenizer.json ("" = the byte tokenizer)
     dataset_id: str = ""             # the dataset manifest's id ("" = the embedded corpus)
     vocab_size: int = 0              # ids the tokenizer emits (0 = the byte tokenizer's 257)
+    # v1.4: microbatches per iteration, split among the data nodes by speed; churn changes who
+    # computes them, never how many (0 = microbatches_per_origin on every data node)
+    global_batch: int = 0
 
     def __post_init__(self):
         check_run_name(self.run)
@@ -57,7 +60,7 @@ class RunSpec:
             raise FieldError("learning_rate", f"must be in (0, {MAX_LEARNING_RATE:g}]")
         if not (math.isfinite(self.max_grad_norm) and self.max_grad_norm > 0.0):
             raise FieldError("max_grad_norm", "must be a finite number > 0 (the run spec cannot turn clipping off)")
-        for name in ("warmup_steps", "max_steps"):
+        for name in ("warmup_steps", "max_steps", "global_batch"):
             if getattr(self, name) < 0:
                 raise FieldError(name, "must be >= 0")
 

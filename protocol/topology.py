@@ -31,6 +31,8 @@ class Workload:
     head_fraction: float = 0.25               # head + loss time / one layer's forward (per sample)
     param_bytes_per_layer: int = 0            # for the replica-averaging cost; 0 = ignore
     stage0_extra_param_bytes: int = 0         # stage 0's embedding + head, beyond its layers
+    global_batch: int = 0                     # microbatches per iteration, split among the data nodes
+                                              # by speed; 0 = microbatches_per_data_node each
 
     def __post_init__(self):
         for name in ("num_layers", "num_stages", "microbatch_samples",
@@ -39,6 +41,7 @@ class Workload:
         _positive("activation_bytes_per_sample", self.activation_bytes_per_sample, allow_zero=True)
         _positive("param_bytes_per_layer", self.param_bytes_per_layer, allow_zero=True)
         _positive("stage0_extra_param_bytes", self.stage0_extra_param_bytes, allow_zero=True)
+        _positive("global_batch", self.global_batch, allow_zero=True)
         _positive("backward_ratio", self.backward_ratio)
         _positive("head_fraction", self.head_fraction, allow_zero=True)
         if self.num_stages > self.num_layers:

@@ -35,16 +35,41 @@ def _check(topology: Topology, cost: CostModel) -> None:
         raise PlanningError(f"memory_microbatches < 1 on {', '.join(bad)}: no microbatch could ever run there")
 
 
-def _microbatches(stage_of: list[int], m: int, rng: random.Random | None) -> list[tuple[int, int]]:
-    """(id, origin) in planning order: round j takes microbatch j of every origin."""
+def split_batch(cost: CostModel, origins: list[int], global_batch: int) -> list[int]:
+    """Microbatches per origin: `global_batch` in proportion to each origin's speed (the inverse
+    of its stage-0 forward + backward time), largest remainders first; every origin gets at
+    least one while the batch has enough."""
+    speed = [1.0 / (cost.fwd_list[o][0] + cost.bwd_list[o][0]) for o in origins]
+    floor = 1 if global_batch >= len(origins) else 0
+    rest = global_batch - floor * len(origins)
+    shares = [rest * v / sum(speed) for v in speed]
+    counts = [floor + int(x) for x in shares]
+    by_remainder = sorted(range(len(origins)), key=lambda k: (-(shares[k] - int(shares[k])), k))
+    for k in by_remainder[:global_batch - sum(counts)]:
+        counts[k] += 1
+    return counts
+
+
+def _microbatches(stage_of: list[int], m: int, rng: random.Random | None,
+                  counts: list[int] | None = None) -> list[tuple[int, int]]:
+    """(id, origin) in planning order: round j takes microbatch j of every origin that has one.
+    `counts`: microbatches per origin (default: m each); ids run origin by origin."""
     origins = [n for n, s in enumerate(stage_of) if s == 0]
+    counts = counts if counts is not None else [m] * len(origins)
+    first = [sum(counts[:k]) for k in range(len(origins))]
     out = []
-    for j in range(m):
-        order = list(range(len(origins)))
+    for j in range(max(counts, default=0)):
+        order = [k for k in range(len(origins)) if j < counts[k]]
         if rng is not None:
             rng.shuffle(order)
-        out += [(k * m + j, origins[k]) for k in order]
+        out += [(first[k] + j, origins[k]) for k in order]
     return out
+
+
+def _origin_counts(topology: Topology, cost: CostModel, stage_of: list[int]) -> list[int] | None:
+    """The global batch's split among this partition's data nodes, or None (the per-node count)."""
+    g = topology.workload.global_batch
+    return split_batch(cost, [n for n, s in enumerate(stage_of) if s == 0], g) if g else None
 
 
 def _schedule(topology, config, stage_of, paths, node_tasks, skip_ratio, seed) -> Schedule:
@@ -68,7 +93,7 @@ def _skippipe(topology, config, cost, stage_of, length, rng, seed, restarts: int
     cfg, m = config.planner, topology.workload.microbatches_per_data_node
     best, best_key = None, (True, float("inf"))       # (overflows memory, predicted s)
     for attempt in range(restarts + 1):
-        mbs = _microbatches(stage_of, m, rng if attempt else None)
+        mbs = _microbatches(stage_of, m, rng if attempt else None, _origin_counts(topology, cost, stage_of))
         planner = PathPlanner(cost, stage_of, length, cfg, len(mbs))
         paths, node_tasks = [], {}
         for mb, origin in mbs:
@@ -120,7 +145,8 @@ def plan(topology: Topology, config: PlanConfig | None = None, rng_or_seed=0) ->
 
 def _baseline(topology, config, cost, stage_of, length, rng, seed) -> Schedule:
     """`full` (DT-FM pipelines on its own partition) or `random-skip`."""
-    mbs = _microbatches(stage_of, topology.workload.microbatches_per_data_node, None)
+    mbs = _microbatches(stage_of, topology.workload.microbatches_per_data_node, None,
+                        _origin_counts(topology, cost, stage_of))
     if config.strategy == "full":
         paths, k = full_paths(cost, stage_of, mbs), 0.0
     else:

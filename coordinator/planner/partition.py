@@ -139,7 +139,9 @@ def partition(cost: CostModel, length: int, data_nodes: int, iters: int, rng: ra
     pinned = [node.stage for node in topo.nodes]
     if sum(1 for p in pinned if p == 0) > data_nodes:
         raise PlanningError("more nodes are pinned to stage 0 than there are data nodes")
-    score = PartitionScore(cost, length, topo.workload.microbatches_per_data_node, pipelines)
+    w = topo.workload     # with a fixed global batch, score each data node's average share of it
+    per_node = max(1, round(w.global_batch / data_nodes)) if w.global_batch and data_nodes else w.microbatches_per_data_node
+    score = PartitionScore(cost, length, per_node, pipelines)
     free = [i for i in range(n) if pinned[i] < 0]
     best, best_score = None, math.inf
     iters = iters or auto_partition_iters(n, 3)

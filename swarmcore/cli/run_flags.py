@@ -42,6 +42,9 @@ def add_run_flags(p: argparse.ArgumentParser, role: str = COORDINATOR) -> None:
     p.add_argument("--microbatch-samples", type=positive_int, default=4)
     p.add_argument("--seq-len", type=positive_int, default=64)
     p.add_argument("--microbatches", type=positive_int, default=4, help="microbatches per stage-0 peer per iteration")
+    p.add_argument("--global-batch", type=non_negative_int, default=0, metavar="N",
+                   help="microbatches per iteration in all, split among the stage-0 peers by their speed, the "
+                        "same whoever joins or leaves (default: 0 = --microbatches on each stage-0 peer)")
     p.add_argument("--lr", type=learning_rate, default=3e-3, help="peak AdamW learning rate")
     p.add_argument("--checkpoint-dir", default="", metavar="DIR",
                    help="the peers' per-stage checkpoints, where this machine sees them: a run started again "

@@ -46,9 +46,12 @@ def test_checkpoint_and_resume(first_run):
     assert sorted(p.name for p in ckpt.iterdir()) == stages
     for stage in stages:   # --keep-last 2 (default): the last two iterations
         assert sorted(p.name for p in (ckpt / stage).iterdir()) == ["it00000006", "it00000007"]
+    # resumed with a fixed global batch (issue 26): 7 microbatches per iteration, split by speed
     second, _ = run_swarm(tmp_path, "--peers", "6", "--stages", "3", "--steps", "11", "--skip", "1/3",
-                          "--microbatches", "3", "--checkpoint-dir", str(ckpt), name="second.json")
+                          "--global-batch", "7", "--checkpoint-dir", str(ckpt), name="second.json")
     assert second["first_iteration"] == 8 and second["last_iteration"] == 10
+    for r in second["iterations"]:
+        assert sum(r[k] for k in ("completed", "rerouted", "skipped_stage", "reissued", "lost")) == 7, r
     # the sample cursor continues (saved with stage 0's checkpoints): no sample trained twice
     def trained(summary):
         return [p for r in summary["iterations"] for start, count in zip(r["positions"][::2], r["positions"][1::2])
