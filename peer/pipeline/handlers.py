@@ -29,6 +29,7 @@ from peer.routing import fallback
 logger = logging.getLogger(__name__)
 ITERATIONS_AHEAD = 2          # how far ahead of our own iteration we buffer work
 FLOAT_WIRE_DTYPES = ("float32", "float16", "bfloat16")
+SHARE_SAMPLES_SLACK = 4     # x the iteration's planned samples: re-sent microbatches count again
 
 
 class Rejected(ProtocolError):
@@ -265,5 +266,11 @@ class WorkHandlers:
             raise Rejected(ErrorCode.BAD_TENSOR, str(exc)) from None
         if not bool(vector.isfinite().all()) or share.samples < 0:
             raise Rejected(ErrorCode.NON_FINITE, "gradient share is not finite")
+        # at most every planned microbatch's samples, with room for re-sent ones: a replica that
+        # claimed 2**64 - 1 samples once crashed the step's division (OverflowError)
+        most = SHARE_SAMPLES_SLACK * max(1, len(schedule.routes)) * w.spec.microbatch_samples
+        if share.samples > most:
+            raise Rejected(ErrorCode.MALFORMED, f"a share of {share.samples} samples: iteration "
+                                                f"{share.iteration} has at most {most}")
         await w.shares.add(remote, share, vector)
         return m.GradientShareAck(share.iteration)

@@ -125,6 +125,10 @@ def test_gradient_shares_arrive_as_float32_from_float16_and_other_dtypes_are_ref
     got = asyncio.run(worker.shares.collect(0, 1, {"p2"}, timeout=1.0))
     assert got["p2"].vector.dtype == torch.float32 and torch.equal(got["p2"].vector, sent.half().float())
     expect_error(network, share(torch.bfloat16), ErrorCode.BAD_TENSOR, sender="p2")
+    # a finite share claiming 2**64 - 1 samples (the red team's crash): refused, the peer serves on
+    huge = m.GradientShare("t", 3, 0, 1, 2**64 - 1, tensor_codec.encode(sent.to(torch.float16)))
+    expect_error(network, huge, ErrorCode.MALFORMED, sender="p2")
+    assert isinstance(call(network, "p2", share(torch.float16)), m.GradientShareAck)
 
 
 def test_int8_shares_arrive_dequantised_and_malformed_ones_are_refused():
