@@ -5,7 +5,6 @@ is enough because all layers of a config are the same shape.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import logging
@@ -168,21 +167,3 @@ def _write_cache(path: Path, entries: dict) -> None:
         logger.warning("cannot cache the layer benchmark in %s (%s); it is measured again next time",
                        path.parent, exc.strerror or exc)
 
-
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description="Probe the device and benchmark one layer.")
-    ap.add_argument("--config", default="tiny")
-    ap.add_argument("--device", default=None)
-    ap.add_argument("--seq-len", type=int, default=None)
-    ap.add_argument("--samples", type=int, default=2)
-    ap.add_argument("--cache-dir", default=None)
-    ap.add_argument("--no-cache", action="store_true")
-    a = ap.parse_args(argv)
-    print(json.dumps(asdict(probe_device(a.device))))
-    print(json.dumps(asdict(benchmark_layer(a.config, a.device, samples=a.samples,
-                                            seq_len=a.seq_len, cache_dir=a.cache_dir,
-                                            use_cache=not a.no_cache))))
-
-
-if __name__ == "__main__":
-    main()

@@ -17,7 +17,7 @@ from peer.routing.departures import DepartureWatch, Verdict
 from peer.transport.rpc import RemoteError
 
 if TYPE_CHECKING:
-    from peer.discovery.dht_records import DhtRecords
+    from peer.discovery.dht_records import PeerRecords
     from peer.pipeline.worker import PipelineWorker
     from peer.transport.rpc import RpcClient
 
@@ -27,7 +27,7 @@ PING_TIMEOUT_S = 2.0
 
 
 class IsolationMonitor:
-    def __init__(self, worker: "PipelineWorker", records: "DhtRecords", rpc: "RpcClient", me: str,
+    def __init__(self, worker: "PipelineWorker", records: "PeerRecords", rpc: "RpcClient", me: str,
                  announce_period_s: float, period_s: float = 1.0,
                  rebootstrap: Callable[[list[str]], Awaitable[int]] | None = None):
         self.w, self.records, self.rpc, self.me = worker, records, rpc, me
