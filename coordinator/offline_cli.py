@@ -261,7 +261,7 @@ def register(subparsers) -> None:
                               description="Load a run's per-stage checkpoints and measure held-out perplexity "
                                           "with all stages and with a fraction F of the non-stage-0 stages "
                                           "omitted (random and worst-case choices). Runs python -m peer.evaluate.")
-    e.add_argument("--checkpoint", required=True, metavar="DIR", help="folder of <run>-stage<K>.pt files")
+    e.add_argument("--checkpoint", required=True, metavar="DIR", help="the peers' checkpoint folder (<run>-stage<K>/it<N>/ per stage; the older <run>-stage<K>.pt files load too)")
     e.add_argument("--omit", type=_fraction_0_1, default="0.5", metavar="F",
                    help="fraction of the non-stage-0 stages to omit, in [0, 1] (default: 0.5)")
     e.add_argument("--run", help="which run, if the folder holds several")
