@@ -34,12 +34,12 @@ def test_bulk_sends_arrive_one_after_another_instead_of_all_at_the_end():
         await asyncio.gather(*(send("b", [bytes(MB)], 5.0) for _ in range(3)))
         return sorted(t for _, t in arrivals)
     laned, shared = asyncio.run(main(True)), asyncio.run(main(False))
-    # 1 MB takes 0.1 s at 10 MB/s, then 50 ms latency: 0.15, 0.25, 0.35 s in a lane
-    assert laned[0] == pytest.approx(0.15, abs=0.04)
-    assert laned[1] == pytest.approx(0.25, abs=0.05)
-    assert laned[2] == pytest.approx(0.35, abs=0.06)
+    # 1 MB takes 0.1 s at 10 MB/s, then 50 ms latency: 0.15, 0.25, 0.35 s in a lane. A loaded
+    # machine only delays the emulator's timers, so check the shape (CI once read 0.32 for 0.25):
+    # no arrival before the physics allows, and the lane spaces them by about one transmission
+    assert laned[0] >= 0.14 and all(b - a >= 0.06 for a, b in zip(laned, laned[1:])), laned
     # sharing the link, the first one arrives with the last (~0.35 s): what the lane avoids
-    assert shared[0] > 0.3 and laned[2] == pytest.approx(shared[2], abs=0.06)
+    assert shared[0] > 0.3 and shared[0] - laned[0] > 0.1, (laned, shared)
 
 
 def test_a_small_request_does_not_queue_behind_bulk_ones():
