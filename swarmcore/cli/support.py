@@ -10,6 +10,8 @@ import sys
 
 from protocol.errors import FieldError
 from protocol.ids import check_run_name
+from protocol.messages import MAX_LEARNING_RATE
+from protocol.signing import split_run_address
 from protocol.version import package_version
 
 EXIT_OK = 0
@@ -47,7 +49,6 @@ def non_negative_int(text: str) -> int:
 
 def learning_rate(text: str) -> float:
     """The run spec's bound (protocol/messages.py), checked where the flag is parsed."""
-    from protocol.messages import MAX_LEARNING_RATE
     try:
         value = float(text)
     except ValueError:
@@ -70,7 +71,6 @@ def run_name(text: str) -> str:
 def run_address(text: str) -> tuple[str, str]:
     """--run NAME or NAME@KEY (the organiser key to pin, as the coordinator prints it):
     (name, key or "")."""
-    from protocol.signing import split_run_address
     try:
         name, key = split_run_address(text)
         return check_run_name(name), key or ""
