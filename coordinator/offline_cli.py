@@ -128,7 +128,6 @@ def cmd_simulate(args) -> int:
         "busy_fraction": {k: round(v, 4) for k, v in result.busy_fraction.items()},
         "mean_busy_fraction": round(sum(result.busy_fraction.values()) / max(1, len(result.busy_fraction)), 4),
         "stage_finish_s": {str(k): round(v, 6) for k, v in result.stage_finish_s.items()},
-        "order_deviations": result.order_deviations,
         "memory_overflows": result.memory_overflows,
         "violations": [v.to_plain() for v in violations],
     }

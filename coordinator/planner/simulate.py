@@ -4,24 +4,29 @@ Model (hand-checkable, see tests/unit/test_simulate.py):
 - Each microbatch is a chain of tasks: F(hop 0) ... F(hop L-1), H (head + loss on the origin),
   B(hop L-1) ... B(hop 0). Between consecutive tasks on different nodes the activation (or its
   gradient) is transferred: latency + bytes / bandwidth (+ the cost model's fixed hop cost).
-- A node runs one task at a time. With a per-node order (Schedule.order) it runs its forward and
-  backward tasks strictly in that order; heads are not part of the order (Phase has no head
-  value) and run as soon as the node is free, before the next ordered task, because they are
-  short and unblock the backward chain. Without an order a node runs its ready tasks first come
-  first served (the runtime's FIFO), ties by microbatch id.
+- A node runs one task at a time, by the rule peers run (peer/pipeline/plan_view.py
+  `priority_of`): of its ready tasks it starts the one listed first in its per-node order
+  (Schedule.order) and never idles while one is ready. A head the order does not list ranks just
+  before that microbatch's backward; tasks the order does not list rank after every listed one,
+  heads first, the rest first come first served (the runtime's FIFO), ties by microbatch id.
+  Without an order every task is unlisted. (Idling for the next listed task would need a way to
+  tell a late task from one that never comes, e.g. a rerouted microbatch.)
 - Memory (TC1): a node holds a microbatch's activation from the start of its forward until the
-  end of its backward; it does not start a forward while it holds `memory_microbatches`.
+  end of its backward; it does not start a forward while it holds `memory_microbatches`, and a
+  forward starts only if the slots left also cover every forward listed before it that has not
+  started yet (a reservation: running out of order never takes a slot the order counted on, so
+  it cannot deadlock where the order would not).
 - Links: a directed link carries one transfer at a time, first come first served; latency
   overlaps with the next transfer. (A simplification of fair bandwidth sharing: the last of a
   burst finishes at the same time, the first ones earlier.) NICs are not shared across links.
-- If the order deadlocks (e.g. it would exceed memory), the node runs the first ready task of
-  its remaining order instead (counted in `order_deviations`); if memory alone deadlocks, a
-  forward runs over the limit (counted in `memory_overflows`). So the simulation always ends.
+- If memory deadlocks, a forward runs over the limit (counted in `memory_overflows`), so the
+  simulation always ends.
 - At the end every stage averages its replicas: iteration time = max over stages of
   (last backward on that stage + averaging cost).
 - `available` (optional, per node id): a node starts nothing before that time (it is still
   busy with the previous iteration: coordinator/planner/steady.py). Default: all free at 0.
 """
+import bisect
 import heapq
 from dataclasses import dataclass
 
@@ -50,7 +55,6 @@ class SimResult:
     intervals: tuple[TaskInterval, ...]
     stage_finish_s: dict[int, float]
     averaging_s: dict[int, float]
-    order_deviations: int = 0
     memory_overflows: int = 0
 
 
@@ -85,12 +89,17 @@ class _Tasks:
 
 
 class _Sim:
-    def __init__(self, tasks: _Tasks, cost: CostModel, sequences, memory_limit: bool, link_contention: bool,
+    def __init__(self, tasks: _Tasks, cost: CostModel, ranks: list[float], memory_limit: bool, link_contention: bool,
                  available: list[float]):
         self.t, self.cost = tasks, cost
         n = cost.num_nodes
-        self.seq = sequences                 # per node: list of task ids (ordered) or None (FIFO)
-        self.in_seq = {x for q in sequences if q for x in q}
+        self.rank = ranks                    # per task: position in its node's order (UNLISTED...)
+        self.waiting = [[] for _ in range(n)]   # per node: sorted ranks of listed forwards not started
+        for t, r in enumerate(ranks):
+            if tasks.kind[t] == "F" and r < UNLISTED - 1:
+                self.waiting[tasks.node[t]].append(r)
+        for w in self.waiting:
+            w.sort()
         self.ready = [[] for _ in range(n)]  # per node: ready task ids
         self.ready_at = {}
         self.busy = [False] * n
@@ -99,7 +108,7 @@ class _Sim:
         self.link_free = {}
         self.events, self.counter = [], 0
         self.start, self.end = {}, {}
-        self.now, self.deviations, self.overflows = 0.0, 0, 0
+        self.now, self.overflows = 0.0, 0
         for node, t in enumerate(available):
             if t > 0:                        # busy until then; a "free" event releases it
                 self.busy[node] = True
@@ -110,28 +119,23 @@ class _Sim:
         heapq.heappush(self.events, (time, self.counter, kind, task))
 
     def mem_ok(self, task):
+        if self.t.kind[task] != "F" or not self.memory_limit:
+            return True
         n = self.t.node[task]
-        return (self.t.kind[task] != "F" or not self.memory_limit
-                or self.held[n] < self.cost.memory[n])
+        reserved = bisect.bisect_left(self.waiting[n], self.rank[task])   # listed before, not started
+        return self.held[n] + reserved < self.cost.memory[n]
 
     def pick(self, n):
-        ready = self.ready[n]
-        heads = [x for x in ready if self.t.kind[x] == "H" and x not in self.in_seq]
-        if heads:
-            return min(heads, key=lambda x: (self.ready_at[x], x))
-        if self.seq[n] is not None:
-            nxt = self.seq[n][0] if self.seq[n] else None
-            return nxt if nxt in self.ready_at and self.mem_ok(nxt) else None
-        ok = [x for x in ready if self.mem_ok(x)]
-        return min(ok, key=lambda x: (self.ready_at[x], self.t.mb[x], x)) if ok else None
+        ok = [x for x in self.ready[n] if self.mem_ok(x)]
+        return min(ok, key=lambda x: (self.rank[x], self.ready_at[x], self.t.mb[x], x)) if ok else None
 
     def run(self, n, task):
         self.ready[n].remove(task)
-        if self.seq[n] is not None and task in self.seq[n]:
-            self.seq[n].remove(task)
         self.busy[n] = True
         if self.t.kind[task] == "F":
             self.held[n] += 1
+            if self.rank[task] < UNLISTED - 1:
+                self.waiting[n].pop(bisect.bisect_left(self.waiting[n], self.rank[task]))
         self.start[task] = self.now
         self.push(self.now + self.t.dur[task], "done", task)
 
@@ -159,14 +163,8 @@ class _Sim:
         self.dispatch(n)
 
     def unstick(self) -> bool:
-        """Deadlock: relax the order first, then the memory limit. True if something started."""
+        """Memory deadlock: start the earliest-ready task over the limit. True if one started."""
         idle = [n for n in range(len(self.busy)) if not self.busy[n] and self.ready[n]]
-        for n in idle:
-            for task in (self.seq[n] or []):
-                if task in self.ready_at and self.mem_ok(task):
-                    self.deviations += 1
-                    self.run(n, task)
-                    return True
         cands = [(self.ready_at[x], x) for n in idle for x in self.ready[n]]
         if not cands:
             return False
@@ -198,28 +196,31 @@ class _Sim:
             raise PlanningError("simulation deadlocked")
 
 
-def _sequences(schedule: Schedule, tasks: _Tasks, cost: CostModel):
-    seqs = [None] * cost.num_nodes
-    per_node = [[] for _ in range(cost.num_nodes)]
-    for t, n in enumerate(tasks.node):
-        per_node[n].append(t)
+UNLISTED = 1e9          # after every listed position, as peer/pipeline/plan_view.py's UNPLANNED
+
+
+def _ranks(schedule: Schedule, tasks: _Tasks, cost: CostModel) -> list[float]:
+    """Each task's rank on its node under the peers' rule (see the module docstring)."""
+    rank = [UNLISTED - 1 if k == "H" else UNLISTED for k in tasks.kind]
     for po in schedule.order:
         n = cost.index.get(po.peer)
         if n is None:
             continue
-        ids, forwards = [], set()
-        for e in po.tasks:
+        forwards: set[int] = set()
+        for pos, e in enumerate(po.tasks):
             if e.phase == Phase.BACKWARD:
-                ids.append(tasks.key.get((e.microbatch_id, "B", n)))
-                continue
-            second = e.microbatch_id in forwards         # origin: FORWARD twice = F0, then head
-            forwards.add(e.microbatch_id)
-            ids.append(tasks.key.get((e.microbatch_id, "H" if second else "F", n)))
-        ids = [t for t in dict.fromkeys(ids) if t is not None]
-        listed = set(ids)
-        rest = [t for t in per_node[n] if tasks.kind[t] != "H" and t not in listed]
-        seqs[n] = ids + rest                    # tasks the order forgot run after it
-    return seqs
+                kind = "B"
+            else:                                       # origin: FORWARD twice = F0, then head
+                kind = "H" if e.microbatch_id in forwards else "F"
+                forwards.add(e.microbatch_id)
+            t = tasks.key.get((e.microbatch_id, kind, n))
+            if t is not None and rank[t] >= UNLISTED - 1:
+                rank[t] = float(pos)
+    for (mb, kind, node), t in tasks.key.items():       # an unlisted head: just before its backward
+        b = tasks.key.get((mb, "B", node))
+        if kind == "H" and rank[t] >= UNLISTED - 1 and b is not None and rank[b] < UNLISTED - 1:
+            rank[t] = rank[b] - 0.5
+    return rank
 
 
 def simulate(schedule: Schedule, topology: Topology, cost: CostModel | None = None,
@@ -229,7 +230,7 @@ def simulate(schedule: Schedule, topology: Topology, cost: CostModel | None = No
     cost = cost or CostModel(topology)
     tasks = _Tasks(schedule, cost)
     free_at = [max(0.0, (available or {}).get(i, 0.0)) for i in topology.node_ids]
-    sim = _Sim(tasks, cost, _sequences(schedule, tasks, cost), memory_limit, link_contention, free_at)
+    sim = _Sim(tasks, cost, _ranks(schedule, tasks, cost), memory_limit, link_contention, free_at)
     sim.loop()
     ids = topology.node_ids
     intervals = tuple(TaskInterval(ids[tasks.node[t]], tasks.mb[t], tasks.kind[t], tasks.stage[t],
@@ -248,4 +249,4 @@ def simulate(schedule: Schedule, topology: Topology, cost: CostModel | None = No
     finish = {s: last_b.get(s, 0.0) + averaging.get(s, 0.0) for s in sorted(set(last_b) | set(averaging))}
     total = max(finish.values(), default=0.0)
     frac = {i: (b / total if total > 0 else 0.0) for i, b in busy.items()}
-    return SimResult(total, busy, frac, intervals, finish, averaging, sim.deviations, sim.overflows)
+    return SimResult(total, busy, frac, intervals, finish, averaging, sim.overflows)

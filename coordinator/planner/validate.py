@@ -87,7 +87,8 @@ def _balance_violations(schedule: Schedule, cfg: PlannerConfig) -> list[Violatio
 
 
 def _memory_violations(schedule: Schedule, topology: Topology) -> list[Violation]:
-    """A node runs its order strictly, so held = forwards - backwards so far must stay <= m."""
+    """Played in its order, a node holds forwards - backwards so far, which must stay <= m (peers
+    may run later-listed tasks early, but never a forward whose slot the order counts on)."""
     nodes = {n.id: n for n in topology.nodes}
     out = []
     for po in schedule.order:

@@ -1,4 +1,6 @@
 """Hand-computed simulator cases (2-3 nodes, exact times)."""
+import dataclasses
+
 import pytest
 
 from coordinator.planner import simulate
@@ -75,16 +77,19 @@ def test_link_contention_serialises_transfers():
     assert times(simulate(s, t, link_contention=False), "F", 1, "n1")[0] == pytest.approx(2.1)
 
 
-def test_order_is_followed_strictly():
-    # n1 is told to run microbatch 1 first, so microbatch 0 waits although it arrives first
-    t = topo(mb=2)
-    routes = [(0, [(0, "n0"), (1, "n1")]), (1, [(0, "n0"), (1, "n1")])]
-    order = (PeerOrder("n1", (OrderEntry(1, Phase.FORWARD), OrderEntry(0, Phase.FORWARD),
-                              OrderEntry(1, Phase.BACKWARD), OrderEntry(0, Phase.BACKWARD))),)
+def test_order_ranks_ready_tasks_and_a_node_never_idles():
+    # the peers' rule: n1's order lists microbatch 2, then 1, then 0; microbatch 0 arrives first
+    # and runs at once (no idling for a listed task), then of the two waiting, 2 runs before 1
+    t = topo(fwd=(1.0, 3.0), mb=3, memory=3)
+    routes = [(m, [(0, "n0"), (1, "n1")]) for m in range(3)]
+    order = (PeerOrder("n1", tuple(OrderEntry(m, Phase.FORWARD) for m in (2, 1, 0))
+                       + tuple(OrderEntry(m, Phase.BACKWARD) for m in (2, 1, 0))),)
     r = simulate(sched(routes, {"n0": 0, "n1": 1}, order), t)
-    assert times(r, "F", 1, "n1") == (3.1, 5.1)
-    assert times(r, "F", 0, "n1") == (5.1, 7.1)
-    assert r.order_deviations == 0
+    assert times(r, "F", 0, "n1") == (2.1, 5.1)
+    assert times(r, "F", 2, "n1") == (5.1, 8.1)                  # 1 and 2 arrived at 3.1 and 4.1
+    assert times(r, "F", 1, "n1") == (8.1, 11.1)
+    without_order = simulate(sched(routes, {"n0": 0, "n1": 1}), t)
+    assert times(without_order, "F", 1, "n1") == (5.1, 8.1)      # first come first served
 
 
 def test_three_nodes_skip_and_averaging():
@@ -105,3 +110,18 @@ def test_head_as_second_forward_in_origin_order():
                               OrderEntry(0, Phase.BACKWARD))),)
     r = simulate(sched([(0, [(0, "n0"), (1, "n1")])], {"n0": 0, "n1": 1}, order), t)
     assert r.iteration_time_s == pytest.approx(12.15)
+
+
+def test_a_later_listed_forward_never_takes_a_slot_the_order_counts_on():
+    # n1 holds one activation; its order runs microbatch 1 first. Microbatch 0 arrives first but
+    # may not start: the only slot is reserved for microbatch 1's forward, listed before it
+    t = topo(mb=2)
+    t = dataclasses.replace(t, nodes=(t.nodes[0], dataclasses.replace(t.nodes[1], memory_microbatches=1)))
+    routes = [(m, [(0, "n0"), (1, "n1")]) for m in range(2)]
+    order = (PeerOrder("n1", (OrderEntry(1, Phase.FORWARD), OrderEntry(1, Phase.BACKWARD),
+                              OrderEntry(0, Phase.FORWARD), OrderEntry(0, Phase.BACKWARD))),)
+    r = simulate(sched(routes, {"n0": 0, "n1": 1}, order), t)
+    f1, b1, f0 = times(r, "F", 1, "n1"), times(r, "B", 1, "n1"), times(r, "F", 0, "n1")
+    assert f1[0] == pytest.approx(3.1)                             # microbatch 1's arrival
+    assert f0[0] == b1[1]                                           # after 1's backward freed the slot
+    assert r.memory_overflows == 0
