@@ -85,20 +85,12 @@ class Tokenizer:
         """tokenizer_config.json for a Hugging Face model folder next to tokenizer.json.
         split_special_tokens: literal "<|endoftext|>" in a prompt is text, as in `encode`."""
         config = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": EOS_TOKEN,
-                  "bos_token": EOS_TOKEN, "unk_token": None, "pad_token": None,
+                  "bos_token": EOS_TOKEN, "unk_token": None, "pad_token": EOS_TOKEN,
                   "add_bos_token": False, "add_eos_token": False, "clean_up_tokenization_spaces": False,
                   "split_special_tokens": True}
         if model_max_length is not None:
             config["model_max_length"] = model_max_length
         return config
-
-    def save_hf(self, directory: str | Path, model_max_length: int | None = None) -> None:
-        """tokenizer.json + tokenizer_config.json: what AutoTokenizer.from_pretrained reads."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        self.save(directory / "tokenizer.json")
-        (directory / "tokenizer_config.json").write_text(
-            json.dumps(self.hf_config(model_max_length), indent=2) + "\n")
 
     def __repr__(self) -> str:
         return f"Tokenizer({self.name!r}, vocab_size={self.vocab_size}, hash={self.hash[:12]})"

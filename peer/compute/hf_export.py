@@ -121,15 +121,10 @@ def write_weights(tensors: dict[str, torch.Tensor], out: Path, max_shard_bytes: 
 
 
 def tokenizer_files(tokenizer, config: ModelConfig) -> dict[str, str]:
-    from tokendata.tokenizer import EOS_TOKEN
     if tokenizer.vocab_size > config.vocab_size:
         raise ExportError(f"tokenizer {tokenizer.name} has {tokenizer.vocab_size} tokens, more than the "
                           f"model's vocab_size {config.vocab_size}: it belongs to another model")
-    tok_config = {
-        "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": EOS_TOKEN, "pad_token": EOS_TOKEN,
-        "bos_token": None, "unk_token": None, "add_bos_token": False, "add_eos_token": False,
-        "clean_up_tokenization_spaces": False, "model_max_length": config.max_seq_len,
-    }
+    tok_config = tokenizer.hf_config(model_max_length=config.max_seq_len)
     generation = {"eos_token_id": tokenizer.eos_id, "pad_token_id": tokenizer.eos_id,
                   # rows past the tokenizer's vocabulary: padding, never a real token
                   "suppress_tokens": list(range(tokenizer.vocab_size, config.vocab_size)) or None}

@@ -38,10 +38,6 @@ def count_parameters(config: ModelConfig, layers: int | None = None,
     return n
 
 
-def module_parameters(module: nn.Module) -> int:
-    return sum(p.numel() for p in module.parameters())
-
-
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float):
         super().__init__()

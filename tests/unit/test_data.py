@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from peer.data import (EOS_ID, ByteTokenizer, CorpusError, TextDataset, load_corpus,
-                       load_datasets)
+from peer.data import EOS_ID, ByteTokenizer, CorpusError, TextDataset, load_corpus
 from peer.compute.model import get_config
 
 
@@ -62,24 +61,28 @@ def test_batches_stay_inside_their_shard():
         assert (tokens == letter).all() and (targets == letter).all()
 
 
+def _train(shard_index: int, num_shards: int) -> TextDataset:
+    return TextDataset(load_corpus()).split()[0].shard(shard_index, num_shards)
+
+
 def test_batches_deterministic_and_shifted():
-    train, _ = load_datasets(shard_index=1, num_shards=2)
+    train = _train(1, 2)
     kw = dict(seed=3, iteration=5, microbatch=2, samples=4, seq_len=64)
     tokens, targets = train.batch(**kw)
     assert tokens.shape == targets.shape == (4, 64) and tokens.dtype == torch.int64
     assert torch.equal(tokens[:, 1:], targets[:, :-1])
-    again = load_datasets(shard_index=1, num_shards=2)[0].batch(**kw)
+    again = _train(1, 2).batch(**kw)
     assert torch.equal(again[0], tokens) and torch.equal(again[1], targets)
     assert not torch.equal(train.batch(**{**kw, "microbatch": 3})[0], tokens)
     assert not torch.equal(train.batch(**{**kw, "iteration": 6})[0], tokens)
-    other = load_datasets(shard_index=0, num_shards=2)[0]
+    other = _train(0, 2)
     assert not torch.equal(other.batch(**kw)[0], tokens)
     with pytest.raises(CorpusError):
         TextDataset(b"short").batch(seed=0, iteration=0, microbatch=0, samples=1, seq_len=8)
 
 
 def test_eval_batches():
-    _, held = load_datasets()
+    _, held = TextDataset(load_corpus()).split()
     batches = list(held.eval_batches(samples=2, seq_len=16, max_batches=3))
     assert len(batches) == 3 and batches[0][0].shape == (2, 16)
     assert not torch.equal(batches[0][0], batches[1][0])
