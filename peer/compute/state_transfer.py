@@ -34,6 +34,12 @@ def load_flat_state(runner: StageRunner, vector: torch.Tensor, step_count: int, 
         raise ValueError(f"a stage state must be a finite vector of {3 * n} elements")
     if step_count < 0 or adam_step < 0:
         raise ValueError("step counts must be >= 0")
+    if adam_step > step_count:
+        raise ValueError(f"AdamW's step {adam_step} is past the stage's step count {step_count}")
+    if bool((vector[2 * n:] < 0).any()):      # sqrt of a negative second moment: NaN after one step
+        raise ValueError("AdamW's second moments must be >= 0")
+    if adam_step == 0 and bool(vector[n:].any()):
+        raise ValueError("optimizer moments without an optimizer step")
     with runner._lock:
         params, offset = list(runner._params), 0
         chunks = []

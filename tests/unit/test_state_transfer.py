@@ -53,3 +53,20 @@ def test_rejects_wrong_size_or_non_finite_state(bad):
         bad = torch.full((state_size(runner),), float("nan"))
     with pytest.raises(ValueError):
         load_flat_state(runner, bad, 1, 1)
+
+
+def test_rejects_an_optimizer_state_that_would_poison_the_next_step():
+    donor, joiner = StageRunner.from_spec(SPEC, 1), StageRunner.from_spec(SPEC, 1)
+    train_step(donor, 0)
+    vector, steps, adam = flat_state(donor)
+    n = donor.num_parameters()
+    before = joiner.parameter_vector().clone()
+    negative = vector.clone()
+    negative[2 * n + 7] = -1.0                      # a negative second moment
+    with pytest.raises(ValueError, match="second moments"):
+        load_flat_state(joiner, negative, steps, adam)
+    with pytest.raises(ValueError, match="past the stage's step count"):
+        load_flat_state(joiner, vector, steps, steps + 1)
+    with pytest.raises(ValueError, match="without an optimizer step"):
+        load_flat_state(joiner, vector, steps, 0)
+    assert torch.equal(joiner.parameter_vector(), before)          # nothing half-loaded
