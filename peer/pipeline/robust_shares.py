@@ -1,0 +1,45 @@
+"""Which replicas' gradient shares to leave out of an average: a share whose gradient per
+sample is far larger than the replicas' typical one (a poisoned or broken replica: 1e3 in
+every element drove an honest replica's loss from 0.003 to 2.7) would otherwise dominate.
+
+Decided on the per-sample norm |sum of gradients| / samples, against a reference:
+- with three or more replicas, the lower median of all shares' norms, ours included: every
+  honest replica sees the same shares and so leaves out the same ones, and replicas stay
+  identical (even when that leaves out our own);
+- with two, there is no majority: a replica keeps its own share and leaves out the other's
+  when that one is more than FACTOR times larger (one of the two is then wrong, and they part
+  ways either way; the spot checks and the ban sort out which).
+Smaller-than-typical shares are kept: their harm is bounded by their sample weight, which the
+handler already checks against the schedule.
+
+FACTOR = 20: honest shares of 1 and 64 samples differ by up to sqrt(64) = 8x in this norm
+(pure gradient noise averages down like 1 / sqrt(samples)); a poisoned share is 100x and more.
+"""
+import math
+
+import torch
+
+FACTOR = 20.0
+
+
+def per_sample_norm(vector: torch.Tensor, samples: int) -> float:
+    norm = float(torch.linalg.vector_norm(vector.float()))
+    if not math.isfinite(norm):
+        return math.inf
+    return norm / samples if samples > 0 else (0.0 if norm == 0.0 else math.inf)
+
+
+def outliers(shares: dict[str, tuple[torch.Tensor, int]], me: str, factor: float = FACTOR) -> set[str]:
+    """Peers whose share to leave out; `shares` maps peer -> (gradient sum, samples), ours
+    (`me`) included."""
+    norms = {peer: per_sample_norm(v, n) for peer, (v, n) in shares.items()}
+    if len(norms) < 2:
+        return set()
+    if len(norms) == 2:
+        own = norms.get(me, 0.0)
+        return {p for p, x in norms.items() if p != me and x > factor * own}
+    finite = sorted(x for x in norms.values() if math.isfinite(x))
+    if not finite:
+        return set(norms)
+    reference = finite[(len(finite) - 1) // 2]
+    return {p for p, x in norms.items() if x > factor * reference}

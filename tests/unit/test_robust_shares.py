@@ -1,0 +1,34 @@
+"""peer/pipeline/robust_shares.py: a poisoned share is left out, honest replicas agree."""
+import torch
+
+from peer.pipeline.robust_shares import FACTOR, outliers
+
+
+def share(scale: float, samples: int, seed: int) -> tuple[torch.Tensor, int]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(1000, generator=g) * 1e-3 * scale * samples, samples
+
+
+def test_honest_replicas_with_uneven_samples_are_all_kept():
+    shares = {"a": share(1, 1, 0), "b": share(1, 64, 1), "c": share(1, 7, 2)}
+    assert all(outliers(shares, me) == set() for me in shares)
+
+
+def test_a_poisoned_share_is_left_out_by_every_honest_replica_alike():
+    shares = {"a": share(1, 4, 0), "b": share(1, 4, 1), "evil": (torch.full((1000,), 1e3), 4)}
+    assert outliers(shares, "a") == outliers(shares, "b") == {"evil"}
+
+
+def test_non_finite_or_sampleless_shares_are_left_out():
+    shares = {"a": share(1, 4, 0), "b": share(1, 4, 1), "c": (torch.full((1000,), float("inf")), 4),
+              "d": (torch.ones(1000), 0)}
+    assert outliers(shares, "a") == {"c", "d"}
+
+
+def test_with_two_replicas_each_keeps_its_own_and_drops_a_far_larger_one():
+    honest, evil = share(1, 4, 0), (torch.full((1000,), 1e3), 4)
+    assert outliers({"a": honest, "evil": evil}, "a") == {"evil"}
+    assert outliers({"a": honest, "b": share(FACTOR / 2, 4, 1)}, "a") == set()
+    tiny = (honest[0] * 1e-6, 4)                       # a smaller share is kept: bounded by its weight
+    assert outliers({"a": honest, "b": tiny}, "a") == set()
+
