@@ -86,16 +86,28 @@ class CollapseGuard:
 
 
 EARLY_ITERATION_S = 0.25
+REPORT_LAG_S = 4.0        # a healthy swarm's newest report is at most this old, plus an iteration or so
+STALLED_AFTER = 3         # iterations' time without a newer report: the swarm is stuck, not racing ahead
 
 
 def switch_iteration(latest: int, recent_durations: list[float], since_latest_s: float, margin_s: float) -> int:
-    """The first iteration of a new epoch: safely after the swarm's current one, which is later
-    than the newest we know of (`latest`, reported `since_latest_s` ago). Counted with the
-    fastest recent iteration, not the mean: a slow first iteration (warm-up) once made the
-    margin so short that the swarm had already passed the new epoch's start. With fewer than
-    three measured iterations the rate is a guess: assume a fast swarm (EARLY_ITERATION_S)."""
-    durations = [d for d in recent_durations if d > 0]
+    """The first iteration of a new epoch, from the swarm's measured progress: `latest` is the
+    newest iteration peers reported, `since_latest_s` ago, `recent_durations` their last few.
+
+    A healthy swarm has moved on since its newest report, so the epoch starts `margin_s`
+    seconds past where it is now (a time, not a count: at 0.25 s an iteration that is 16
+    iterations, at 5 s one), counted with the median recent iteration (one slow warm-up
+    iteration does not shorten the margin). A swarm with no newer report for several
+    iterations' time is stuck in iteration latest + 1 (a stalled peer): its iterations are slow
+    now, so the epoch starts right after that one, at latest + 2, and every peer reads it at
+    that boundary. With fewer than three measured iterations the rate is a guess: a fast swarm."""
+    durations = sorted(d for d in recent_durations if d > 0)
     if len(durations) < 3:
-        durations.append(EARLY_ITERATION_S)
-    per_iteration = max(min(durations), 0.05)
-    return latest + 2 + math.ceil((margin_s + max(0.0, since_latest_s)) / per_iteration)
+        per_iteration = min([EARLY_ITERATION_S, *durations])
+    else:
+        per_iteration = durations[(len(durations) - 1) // 2]
+    per_iteration = max(per_iteration, 0.05)
+    since = max(0.0, since_latest_s)
+    if since > STALLED_AFTER * per_iteration + REPORT_LAG_S:
+        return latest + 2
+    return latest + 2 + math.ceil((margin_s + since) / per_iteration)

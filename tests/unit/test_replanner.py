@@ -155,3 +155,31 @@ def test_a_new_epoch_starts_after_the_swarm_even_after_a_slow_warm_up_iteration(
     assert switch_iteration(2, [3.4, 0.5, 0.5], 1.5, 4.0) == 2 + 2 + 11   # fastest measured: 0.5 s
     assert switch_iteration(9, [2.0, 2.0, 2.0], 0.0, 4.0) == 9 + 2 + 2    # a slow swarm, measured
     assert switch_iteration(5, [0.001] * 3, 0.0, 1.0) == 5 + 2 + 20       # floor of 50 ms per iteration
+
+
+def test_a_stalled_swarm_switches_right_after_its_stuck_iteration():
+    from coordinator.replanner import switch_iteration
+    # seen: a SIGSTOPped peer held iteration 66; no report for 30 s, iterations had taken 0.3 s:
+    # counting those 30 s at 0.3 s put the new epoch at 176, so the swarm trained on the dead
+    # route for minutes. Stuck in 66 (latest report 65), it switches at 67.
+    assert switch_iteration(65, [0.3] * 5, 30.0, 4.0) == 67
+    assert switch_iteration(65, [], 30.0, 4.0) == 67                       # no pace measured yet
+    # a healthy swarm whose newest report lags a little has moved on: the margin is in seconds
+    assert switch_iteration(65, [0.3] * 5, 1.0, 4.0) == 65 + 2 + 17       # (4 + 1) s at 0.3 s
+    assert switch_iteration(65, [5.0] * 5, 1.0, 4.0) == 65 + 3            # slow iterations: next-but-one
+
+
+def test_the_pace_of_a_swarm_is_read_from_reports_before_any_iteration_completes():
+    import time
+    from coordinator.progress import ProgressTracker
+    from protocol.messages import IterationReport, MicrobatchCounts, ProgressRecord
+    now = time.time()
+
+    def report(peer, i):   # one origin of two reported: no iteration completes for this coordinator
+        return IterationReport(peer, 1, i, loss_sum=2.0, samples=2, tokens=20, started_at=now - 50 + 5 * i,
+                               finished_at=now - 46 + 5 * i, counts=MicrobatchCounts(completed=2))
+    tracker = ProgressTracker()                  # a coordinator restarted a moment ago
+    tracker.add({"a": ProgressRecord("a", (report("a", 7), report("a", 8), report("a", 9)))})
+    assert tracker.latest_reported() == 9
+    assert tracker.recent_durations() == pytest.approx([4.0, 4.0, 4.0])
+    assert tracker.latest_finished_at() == pytest.approx(now - 1)
