@@ -99,8 +99,9 @@ def switch_iteration(latest: int, recent_durations: list[float], since_latest_s:
     iterations, at 5 s one), counted with the median recent iteration (one slow warm-up
     iteration does not shorten the margin). A swarm with no newer report for several
     iterations' time is stuck in iteration latest + 1 (a stalled peer): its iterations are slow
-    now, so the epoch starts right after that one, at latest + 2, and every peer reads it at
-    that boundary. With fewer than three measured iterations the rate is a guess: a fast swarm."""
+    now, so the epoch starts at latest + 3, one iteration of slack past the stuck one (measured:
+    a slow iteration ended just as the coordinator decided, and latest + 2 was already running
+    on some peers; an iteration that runs on two epochs waits out its timeout). With fewer than three measured iterations the rate is a guess: a fast swarm."""
     durations = sorted(d for d in recent_durations if d > 0)
     if len(durations) < 3:
         per_iteration = min([EARLY_ITERATION_S, *durations])
@@ -109,5 +110,5 @@ def switch_iteration(latest: int, recent_durations: list[float], since_latest_s:
     per_iteration = max(per_iteration, 0.05)
     since = max(0.0, since_latest_s)
     if since > STALLED_AFTER * per_iteration + REPORT_LAG_S:
-        return latest + 2
+        return latest + 3
     return latest + 2 + math.ceil((margin_s + since) / per_iteration)

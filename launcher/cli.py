@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chaos", default="", metavar="SPEC",
                    help="inject faults to watch recovery, e.g. kill:1@iter3,stall:2@iter5 (peer index, "
                         "iteration; kill:P@iterN:backward kills mid-backward; corrupt:P@iterN sends wrong "
-                        "activations). Peers then get stages round-robin (peer P hosts stage P mod --stages) "
+                        "activations; pause:P@iterN:S stops the peer with SIGSTOP for S seconds, default 15). Peers then get stages round-robin (peer P hosts stage P mod --stages) "
                         "so you know whom you hit, and skip the layer benchmark (all equally fast to "
                         "the planner; --topology slowdowns still apply)")
     p.add_argument("--share-dtype", choices=SHARE_DTYPES, default=None,
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.stages > args.peers:
         return fail_usage("skippipe-swarm", f"--stages {args.stages} needs at least as many --peers (got {args.peers})")
     try:
-        args.faults = parse_chaos(args.chaos, args.peers)
+        args.faults, args.pauses = parse_chaos(args.chaos, args.peers)
     except ChaosSpecError as exc:
         return fail_usage("skippipe-swarm", str(exc))
     setup_logging(args.log_level, args.log_format)

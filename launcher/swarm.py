@@ -13,6 +13,7 @@ from coordinator.planner.costs import LOCAL_SWARM_OVERHEADS
 from coordinator.run_args import hivemind_logs_as, run_config_fields
 
 from launcher.emulated_topology import assign_nodes, with_emulated_links
+from launcher.pauses import Pauser
 from launcher.peer_args import LOOPBACK, Emulation, peer_argv
 from launcher.processes import benchmark_once, start_peer, terminate_processes, wait_or_kill
 from launcher.summary import ProgressPrinter, ban_summary, data_summary, ran_schedule, summary_dict, write_plan_files
@@ -76,11 +77,11 @@ async def prepare_emulation(args, app, logs: Path) -> Emulation | None:
     return Emulation(nodes, map_path)
 
 
-async def supervise(args, app, logs: Path, emulation: Emulation | None, started: float) -> bool:
-    """Run the coordinator and the peers until the run ends, a peer fails to start or
-    --timeout passes, then stop them all. False when the coordinator never came up."""
+async def supervise(args, app, logs: Path, emulation: Emulation | None, started: float,
+                    peers: list, pauser: Pauser) -> bool:
+    """Run the coordinator and the peers (started into `peers`) until the run ends, a peer fails
+    to start or --timeout passes, then stop them all. False when the coordinator never came up."""
     coordinator = asyncio.create_task(app.run())
-    peers = []
     try:
         if not await coordinator_ready(app, coordinator, timeout_s=COORDINATOR_UP_S):
             return False
@@ -101,6 +102,7 @@ async def supervise(args, app, logs: Path, emulation: Emulation | None, started:
     finally:
         signalled = app.stop.is_set()   # Ctrl-C / SIGTERM: everything must be gone within 5 s
         app.stop.set()
+        pauser.resume_all()             # a stopped peer cannot leave
         terminate_processes(peers)      # the peers and the coordinator leave side by side
         await asyncio.gather(coordinator, return_exceptions=True)
         await asyncio.to_thread(wait_or_kill, peers, PEER_STOP_GRACE_S if signalled else 10.0)
@@ -131,11 +133,17 @@ async def run_swarm(args, stop: asyncio.Event | None = None) -> int:
     hivemind_logs_as(args.log_format)
     logs = args.logs_dir or Path(tempfile.mkdtemp(prefix="skippipe-swarm-"))
     logs.mkdir(parents=True, exist_ok=True)
-    app = CoordinatorApp(coordinator_config(args, logs), on_iteration=ProgressPrinter(args.steps, args.stages),
-                         run_data=args.run_data, stop=stop)
+    peers: list = []
+    pauser = Pauser(getattr(args, "pauses", []), peers)
+    printer = ProgressPrinter(args.steps, args.stages)
+
+    def on_iteration(summary) -> None:
+        printer(summary)
+        pauser.on_iteration(summary.iteration)
+    app = CoordinatorApp(coordinator_config(args, logs), on_iteration=on_iteration, run_data=args.run_data, stop=stop)
     emulation = await prepare_emulation(args, app, logs)
     started = time.monotonic()
-    if not await supervise(args, app, logs, emulation, started):
+    if not await supervise(args, app, logs, emulation, started, peers, pauser):
         return 1
     summary = report(args, app, time.monotonic() - started)
     finished = summary["last_iteration"] == args.steps - 1

@@ -114,14 +114,14 @@ def test_stall_and_kill_together():
 # launcher/chaos_spec.py
 # ---------------------------------------------------------------------------------------------
 def test_parse_chaos_valid():
-    assert parse_chaos("kill:1@iter3,stall:2@iter5", peers=3) == {1: "kill@3", 2: "stall@5"}
-    assert parse_chaos("kill:1@iter3:backward, stall:1@iter0:2.5", peers=2) == \
+    assert parse_chaos("kill:1@iter3,stall:2@iter5", peers=3)[0] == {1: "kill@3", 2: "stall@5"}
+    assert parse_chaos("kill:1@iter3:backward, stall:1@iter0:2.5", peers=2)[0] == \
         {1: "kill@3:backward,stall@0:2.5"}
-    assert parse_chaos("", peers=3) == {}
+    assert parse_chaos("", peers=3) == ({}, [])
 
 
 def test_parse_chaos_output_is_what_the_peer_parses():
-    out = parse_chaos("kill:0@iter2:between,stall:0@iter7:3,kill:2@iter4", peers=3)
+    out, _ = parse_chaos("kill:0@iter2:between,stall:0@iter7:3,kill:2@iter4", peers=3)
     assert parse_faults(out[0]) == [Fault("kill", 2, when="between"), Fault("stall", 7, factor=3.0)]
     assert parse_faults(out[2]) == [Fault("kill", 4, when="forward")]
     assert 1 not in out
@@ -154,7 +154,7 @@ def test_parse_corrupt():
                          ("corrupt@2:inf", "finite"), ("corrupt@x", "corrupt@N")]:
         with pytest.raises(FaultSpecError, match=message):
             parse_faults(bad)
-    assert parse_chaos("corrupt:1@iter3:0.5", peers=2) == {1: "corrupt@3:0.5"}
+    assert parse_chaos("corrupt:1@iter3:0.5", peers=2)[0] == {1: "corrupt@3:0.5"}
     with pytest.raises(ChaosSpecError, match="corruption scale"):
         parse_chaos("corrupt:1@iter3:0", peers=2)
 
@@ -176,3 +176,12 @@ def test_corrupting_runner_sends_noise_from_its_iteration_but_recomputes_honestl
     assert cheat.stashed == 2                                            # the stash keeps the true graph
     plain = lambda stage: "runner"
     assert corrupting(plain, parse_faults("stall@1")) is plain
+
+
+def test_parse_chaos_pauses_are_the_launcher_s():
+    from launcher.pauses import DEFAULT_PAUSE_S, Pause
+    faults, pauses = parse_chaos("pause:2@iter3:12,kill:1@iter4,pause:0@iter1", peers=3)
+    assert faults == {1: "kill@4"}                       # no --fault for a pause: peers cannot resume themselves
+    assert pauses == [Pause(2, 3, 12.0), Pause(0, 1, DEFAULT_PAUSE_S)]
+    with pytest.raises(ChaosSpecError, match="seconds > 0"):
+        parse_chaos("pause:1@iter3:0", peers=2)
