@@ -8,8 +8,9 @@ from opsweb.prom import CONTENT_TYPE, Exposition, Histogram, process_rss_bytes
 from opsweb.server import Response
 
 from peer.transport.base import Handler, OnSent, Transport, TransportError
+from swarmcore.outcomes import OUTCOMES
 
-COUNT_KINDS = ("completed", "rerouted", "skipped_stage", "reissued", "lost")
+COUNT_KINDS = OUTCOMES
 
 
 class PeerMetrics:

@@ -1,5 +1,6 @@
 """The peer's periodic one-line status, and the same facts as a dict for /api/status."""
 from peer.pipeline.worker import PipelineWorker
+from swarmcore.outcomes import OUTCOMES
 
 
 def status_line(worker: PipelineWorker, peer_id: str, state: str, reach: str = "") -> str:
@@ -48,6 +49,5 @@ def status_dict(app) -> dict:
                    cut_off=worker.isolation.cut_off,
                    last_iteration_s=(last.finished_at - last.started_at) if last else None,
                    last_loss=(last.loss_sum / last.samples) if last and last.samples else None,
-                   microbatches={k: sum(o.counts.get(k, 0) for o in worker.history)
-                                 for k in ("completed", "rerouted", "skipped_stage", "reissued", "lost")})
+                   microbatches={k: sum(o.counts.get(k, 0) for o in worker.history) for k in OUTCOMES})
     return out

@@ -26,6 +26,7 @@ from peer.pipeline.flights import IterationState, next_attempt
 from peer.routing import fallback
 from peer.transport.base import TransportError
 from peer.transport.rpc import RemoteError
+from swarmcore.outcomes import Outcome
 
 if TYPE_CHECKING:
     from peer.pipeline.worker import PipelineWorker, Work
@@ -131,7 +132,7 @@ class Recovery:
         flight.attempt = next_attempt(max(flight.attempt, st.seen.get((mb, pv.Kind.FORWARD), 0)), flight.hop_index)
         flight.route = route
         hop = flight.hop_index
-        flight.successor = route.hops[hop + 1].peer if hop + 1 < len(route.hops) else route.origin
+        flight.successor = pv.next_hop(route, hop)
         kind = pv.Kind.ORIGIN_FORWARD if hop == 0 else pv.Kind.FORWARD
         w.spawn(w.send_output(i, schedule, route, pv.TaskKey(mb, kind, hop), out, flight.attempt))
 
@@ -157,7 +158,7 @@ class Recovery:
     def lose(self, i: int, st: IterationState, mb: int, why: str) -> None:
         entry = st.own[mb]
         if entry.outcome is None:
-            entry.outcome = "lost"
+            entry.outcome = Outcome.LOST
             st.flights.pop(mb, None)
             self.w.runner.drop((i, mb))
             self._note(f"iteration {i} microbatch {mb} LOST: {why}")

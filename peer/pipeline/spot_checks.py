@@ -64,11 +64,6 @@ def tolerance(*dtypes: str) -> float:
     return DEFAULT_RTOL if all(d == "float32" for d in dtypes) else HALF_RTOL
 
 
-def next_hop(route: Route, hop: int) -> str:
-    """Who receives the forward output of `hop` (the origin after the last hop)."""
-    return route.hops[hop + 1].peer if hop + 1 < len(route.hops) else route.origin
-
-
 def request_problem(route: Route, hop: int, remote: str, me: str, my_stage: int | None) -> str | None:
     """Why a SpotCheckRequest for `hop` of `route` from `remote` is not ours to answer (None: it is)."""
     if not 1 <= hop < len(route.hops):
@@ -86,7 +81,7 @@ def reference_problem(route: Route, hop: int, remote: str, suspect: str, me: str
     """Why a SpotCheckReference for our forward at `hop` is refused (None: accepted). Only another
     replica of the checked stage may send one, and only about the hop that feeds us."""
     n = len(route.hops)
-    if not 2 <= hop <= n or (route.origin if hop == n else route.hops[hop].peer) != me:
+    if not 2 <= hop <= n or pv.next_hop(route, hop - 1) != me:
         return f"hop {hop} of microbatch {route.microbatch_id} is not a forward we receive after a checked hop"
     checked = route.hops[hop - 1]
     if suspect != checked.peer:
@@ -235,7 +230,7 @@ class SpotChecks:
                 return
             reference = SpotCheckReference(dataclasses.replace(header, hop_index=hop + 1), route.hops[hop].peer,
                                            tensor_codec.encode(out))
-            await self.w.rpc.call(next_hop(route, hop), reference, self.w.settings.rpc_timeout_s)
+            await self.w.rpc.call(pv.next_hop(route, hop), reference, self.w.settings.rpc_timeout_s)
             self.stats["served"] += 1
         except Exception as exc:
             logger.debug("spot check of microbatch %d: recomputing for hop %d failed: %s", mb, hop, exc)

@@ -40,6 +40,7 @@ from peer.routing.health import Health
 from peer.transport.base import TransportError
 from peer.transport.rpc import RemoteError, RpcClient
 
+from swarmcore.outcomes import Outcome
 from tokendata.cursor import microbatch_positions, schedule_cursor
 
 logger = logging.getLogger(__name__)
@@ -226,7 +227,7 @@ class PipelineWorker:
         if self.runner.is_origin:
             await self._announce_done(i, schedule, st)
         outcome.counts = st.counts()
-        outcome.lost_microbatches = sorted(mb for mb, e in st.own.items() if e.outcome == "lost")
+        outcome.lost_microbatches = sorted(mb for mb, e in st.own.items() if e.outcome == Outcome.LOST)
         await average_and_step(self, i, schedule, outcome)
         self.stepped_iteration = i
         self.end_iteration(i)
@@ -237,7 +238,7 @@ class PipelineWorker:
         left = st.unresolved()
         if self.runner.is_origin:
             for mb in left:
-                st.own[mb].outcome = "lost"
+                st.own[mb].outcome = Outcome.LOST
             logger.error("iteration %d timed out: microbatch(es) %s LOST (not counted in the gradient)", i, left)
         else:
             missing = sorted(set(pv.replicas(self.current, 0)) - st.done_origins)
@@ -298,8 +299,7 @@ class PipelineWorker:
             await self.recovery.compute_failed(i, schedule, st, mb, work, str(exc))
 
     def _fly(self, st: IterationState, route: Route, hop: int, attempt: int) -> None:
-        nxt = route.hops[hop + 1].peer if hop + 1 < len(route.hops) else route.origin
-        st.flights[route.microbatch_id] = Flight(route, hop, attempt, nxt, upstream_attempt=attempt)
+        st.flights[route.microbatch_id] = Flight(route, hop, attempt, pv.next_hop(route, hop), upstream_attempt=attempt)
 
     async def _head(self, i: int, schedule: Schedule, st: IterationState, task: pv.TaskKey, work: Work) -> None:
         mb = task.microbatch_id
@@ -320,7 +320,7 @@ class PipelineWorker:
         outcome.samples += self.spec.microbatch_samples
         outcome.positions.extend(entry.positions)
         outcome.stages_visited += len(entry.head_route.hops)
-        if entry.outcome != "completed":
+        if entry.outcome != Outcome.COMPLETED:
             logger.info("iteration %d microbatch %d %s via %s", i, mb, entry.outcome,
                         [(h.stage, h.peer[:8]) for h in entry.head_route.hops])
 

@@ -11,6 +11,7 @@ from protocol.spot_checks import SpotCheckReference, SpotCheckRequest
 
 from peer.compute import tensor_codec
 from peer.compute.runner import StageRunner
+from peer.pipeline import plan_view as pv
 from peer.pipeline import spot_checks as sc
 from peer.pipeline.worker import WorkerSettings
 from peer.routing.health import Health
@@ -83,7 +84,7 @@ def test_who_may_ask_for_and_send_a_reference():
     assert "not a forward we receive" in sc.reference_problem(ROUTE, 1, "q", "o", "p", replicas)
     # the last hop's output goes to the origin's head (hop n)
     assert sc.reference_problem(HEAD_ROUTE, 3, "q", "p", "o", replicas) is None
-    assert sc.next_hop(HEAD_ROUTE, 2) == "o" and sc.next_hop(ROUTE, 1) == "z"
+    assert pv.next_hop(HEAD_ROUTE, 2) == "o" and pv.next_hop(ROUTE, 1) == "z"
 
 
 def test_pending_is_bounded_in_number_and_age():
