@@ -91,7 +91,7 @@ class IterationState:
         out = dict.fromkeys(OUTCOMES, 0)
         for e in self.own.values():
             if e.outcome is not None:
-                out[e.outcome.value] += 1
+                out[Outcome(e.outcome).value] += 1
         return out
 
 

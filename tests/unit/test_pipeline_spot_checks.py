@@ -48,6 +48,11 @@ class FakeRpc:
         return m.ForwardReply(message.header)
 
 
+def spot_checks(w, rate, **kw):
+    """SpotChecks on the fake's parts: identity, rpc, health, the compute thread, background tasks."""
+    return sc.SpotChecks(w.me, w.rpc, w.health, w.compute, w.spawn, rate, w.settings.rpc_timeout_s, **kw)
+
+
 class FakeWorker:
     def __init__(self, me):
         self.me, self.health, self.rpc, self.settings = me, Health(), FakeRpc(), WorkerSettings()
@@ -110,7 +115,7 @@ def test_tolerance_is_looser_for_16_bit_values():
 def comparer(rate=1.0):
     clock = Clock()
     w = FakeWorker("z")
-    spot = sc.SpotChecks(w, rate, clock=clock)
+    spot = spot_checks(w, rate, clock=clock)
     published = []
 
     async def publish(record):
@@ -174,7 +179,7 @@ def test_without_own_rate_outputs_are_kept_only_once_references_arrive():
 def test_the_previous_hop_asks_another_live_replica_of_sampled_forwards():
     async def scenario():
         w = FakeWorker("o")
-        spot = sc.SpotChecks(w, 1.0)
+        spot = spot_checks(w, 1.0)
         payload = tensor_codec.encode(torch.randn(2, 8, 64))
         forward = m.ForwardRequest(header(), payload)
         w.health.set_departed({"r"})
@@ -185,7 +190,7 @@ def test_the_previous_hop_asks_another_live_replica_of_sampled_forwards():
         assert w.rpc.calls[0][1].tensor is payload and w.rpc.calls[0][1].header == forward.header
         w.health.set_departed({"q", "r"})
         spot.maybe_check(SCHEDULE, ROUTE, forward, "p")                                 # no one left to ask
-        off = sc.SpotChecks(w, 0.0)
+        off = spot_checks(w, 0.0)
         off.maybe_check(SCHEDULE, ROUTE, forward, "p")
         await w.settle()
         return w, spot
@@ -197,7 +202,7 @@ def test_a_busy_second_replica_is_asked_again_briefly():
     async def scenario(busy):
         w = FakeWorker("o")
         w.rpc = FakeRpc(busy=busy)
-        spot = sc.SpotChecks(w, 1.0)
+        spot = spot_checks(w, 1.0)
         spot.maybe_check(SCHEDULE, ROUTE, m.ForwardRequest(header(), tensor_codec.encode(torch.zeros(2, 8, 64))), "p")
         await w.settle()
         return len(w.rpc.calls), spot.stats["asked"]
@@ -221,7 +226,7 @@ def test_recompute_uses_the_iterations_parameters_and_stashes_nothing():
 def test_the_second_replica_waits_for_the_iteration_then_sends_the_reference_on():
     async def scenario():
         w = FakeWorker("q")
-        spot = sc.SpotChecks(w, 0.0)
+        spot = spot_checks(w, 0.0)
         runner = StageRunner.from_spec(SPEC, 1)
         spot.begin_iteration(0, runner)
         x = torch.randn(2, 8, 64)
