@@ -8,6 +8,10 @@ reroutes, skips or re-issues the microbatch. An origin's iteration ends when eac
 microbatches has ended (completed, recovered or lost: never silently); it then tells every
 peer (IterationDone). Other peers end the iteration once every live origin is done. Then the
 replicas of each stage average their gradients, the optimizer steps, and the origin reports.
+
+The loop owns the order of work; the rest lives in parts it hands each other at construction
+(seat.py, ledger.py, sender.py, recovery.py, averaging.py, rejoin.py, state_sync.py,
+spot_checks.py), and none of them calls back up into the loop.
 """
 import asyncio
 import logging
@@ -19,6 +23,7 @@ import torch
 
 from protocol import messages as m
 from protocol.schedule import Route, Schedule
+from protocol.spot_checks import SpotCheckRecord
 
 from peer.compute.errors import ComputeError
 from peer.pipeline import plan_view as pv
@@ -38,7 +43,6 @@ from peer.pipeline.state_sync import StateFetcher
 from peer.routing.fallback import classify
 from peer.routing.health import Health
 from peer.transport.rpc import RpcClient
-from protocol.spot_checks import SpotCheckRecord
 from swarmcore.outcomes import Outcome
 
 from tokendata.cursor import microbatch_positions, schedule_cursor
