@@ -105,7 +105,8 @@ def render_metrics(app) -> str:
             e.gauge("skippipe_peer_cuda_allocated_bytes", "CUDA memory held by tensors", cuda)
         took, tokens_s = last_iteration(worker, worker.spec.seq_len)
         e.gauge("skippipe_peer_iteration", "the iteration this peer is working on", worker.ledger.iteration)
-        e.gauge("skippipe_peer_stage", "hosted stage (-1: none yet)", -1 if worker.seat.stage is None else worker.seat.stage)
+        stage = worker.seat.stage
+        e.gauge("skippipe_peer_stage", "hosted stage (-1: none yet)", -1 if stage is None else stage)
         e.gauge("skippipe_peer_iteration_seconds", "duration of the last finished iteration", took)
         e.gauge("skippipe_peer_tokens_per_second", "tokens/s of the last iteration (stage-0 peers)", tokens_s)
         for kind, n in totals(worker.ledger.history).items():

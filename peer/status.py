@@ -44,7 +44,8 @@ def status_dict(app) -> dict:
            "reachability": reach}
     if worker is not None:
         last = worker.ledger.history[-1] if worker.ledger.history else None
-        out.update(peer_id=worker.me, stage=worker.seat.stage, iteration=worker.ledger.iteration, inbox=len(worker.inbox),
+        out.update(peer_id=worker.me, stage=worker.seat.stage, iteration=worker.ledger.iteration,
+                   inbox=len(worker.inbox),
                    waiting=waiting_reason(worker) if worker.seat.stage is None else None,
                    cut_off=worker.isolation.cut_off,
                    last_iteration_s=(last.finished_at - last.started_at) if last else None,

@@ -76,10 +76,11 @@ class WorkHandlers:
             raise Rejected(ErrorCode.SHUTTING_DOWN, "this peer is sitting out a partition until it rejoins")
         if header_run != w.spec.run:
             raise Rejected(ErrorCode.UNKNOWN_RUN, f"this peer serves run {w.spec.run!r}, not {header_run!r}")
-        if iteration < w.ledger.iteration:
-            raise Rejected(ErrorCode.ITERATION_OVER, f"iteration {iteration} is over (we are at {w.ledger.iteration})")
-        if iteration > w.ledger.iteration + ITERATIONS_AHEAD:
-            raise Rejected(ErrorCode.OVERLOADED, f"iteration {iteration} is too far ahead of ours ({w.ledger.iteration})")
+        ours = w.ledger.iteration
+        if iteration < ours:
+            raise Rejected(ErrorCode.ITERATION_OVER, f"iteration {iteration} is over (we are at {ours})")
+        if iteration > ours + ITERATIONS_AHEAD:
+            raise Rejected(ErrorCode.OVERLOADED, f"iteration {iteration} is too far ahead of ours ({ours})")
         latest = w.book.latest
         if latest is None or epoch > latest.epoch:
             await asyncio.wait_for(self.refresh_schedule(), timeout=5.0)

@@ -77,4 +77,5 @@ def test_an_honest_swarm_with_checks_on_reports_only_passes_and_trains_the_same(
         assert torch.allclose(checked[peer].seat.runner.parameter_vector(), plain[peer].seat.runner.parameter_vector(),
                               rtol=0, atol=1e-6), peer
     assert [o.completed for o in checked["o"].ledger.history] == [4, 4, 4]
-    assert [o.loss_sum for o in checked["o"].ledger.history] == pytest.approx([o.loss_sum for o in plain["o"].ledger.history])
+    assert [o.loss_sum for o in checked["o"].ledger.history] == \
+        pytest.approx([o.loss_sum for o in plain["o"].ledger.history])
