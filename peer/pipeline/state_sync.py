@@ -45,15 +45,15 @@ class StateDonor:
         self._weights_id = 0
 
     async def reply(self, req: m.StateRequest) -> m.StateReply:
-        w = self.seat
-        if w.runner is None or w.stage != req.stage:
+        seat = self.seat
+        if seat.runner is None or seat.stage != req.stage:
             raise ValueError(f"we do not host stage {req.stage}")
-        if w.stepped_iteration < req.iteration - 1:
-            raise NotReady(f"we finished iteration {w.stepped_iteration}, not yet {req.iteration - 1}")
-        if w.stepped_iteration > req.iteration - 1:
+        if seat.stepped_iteration < req.iteration - 1:
+            raise NotReady(f"we finished iteration {seat.stepped_iteration}, not yet {req.iteration - 1}")
+        if seat.stepped_iteration > req.iteration - 1:
             raise ValueError(f"we are past iteration {req.iteration - 1} already")
         if self._snapshot is None or self._snapshot[0] != req.iteration:
-            vector, steps, adam = await w.compute(flat_state, w.runner)
+            vector, steps, adam = await seat.compute(flat_state, seat.runner)
             self._snapshot = (req.iteration, vector, steps, adam)
         _, vector, steps, adam = self._snapshot
         if req.offset >= vector.numel():
@@ -66,13 +66,14 @@ class StateDonor:
     async def weights(self, req: m.WeightsRequest) -> m.WeightsReply:
         """Export: our stage's parameters from one snapshot (taken on the compute thread, so
         between steps); a newer first request replaces it, and readers of the old one restart."""
-        w = self.seat
-        if w.runner is None or w.stage != req.stage:
+        seat = self.seat
+        if seat.runner is None or seat.stage != req.stage:
             raise ValueError(f"we do not host stage {req.stage}")
         if req.snapshot == 0:
             if req.offset:
                 raise ValueError("a new snapshot is read from offset 0")
-            vector, iteration = await w.compute(lambda r: (r.parameter_vector(), w.stepped_iteration), w.runner)
+            vector, iteration = await seat.compute(lambda r: (r.parameter_vector(), seat.stepped_iteration),
+                                                   seat.runner)
             self._weights_id += 1
             self._weights = (self._weights_id, vector, iteration)
         elif self._weights is None or self._weights[0] != req.snapshot:
@@ -81,7 +82,7 @@ class StateDonor:
         if req.offset >= vector.numel():
             raise ValueError(f"offset {req.offset} is past the stage's {vector.numel()} parameters")
         part = vector[req.offset:req.offset + min(req.max_elements, CHUNK_ELEMENTS)]
-        module = w.runner.module
+        module = seat.runner.module
         return m.WeightsReply(req.stage, sid, iteration, module.layer_start, module.layer_end, vector.numel(),
                               req.offset, tensor_codec.encode(part))
 
