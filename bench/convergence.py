@@ -85,17 +85,17 @@ def train(args, k: float, train_set: TextDataset, held_out, folder: Path) -> dic
     t0 = time.monotonic()
     workers = asyncio.run(run_memory_swarm(spec, schedule, batch_fn(spec, train_set), timeout=3600,
                                            share_dtype=args.share_dtype))
-    origins = [w for w in workers.values() if w.stage == 0]
-    curve = [sum(w.history[i].loss_sum for w in origins) / sum(w.history[i].samples for w in origins)
+    origins = [w for w in workers.values() if w.seat.stage == 0]
+    curve = [sum(w.ledger.history[i].loss_sum for w in origins) / sum(w.ledger.history[i].samples for w in origins)
              for i in range(args.steps)]
-    tokens = sum(o.samples for w in origins for o in w.history) * args.seq_len
-    by_stage = {w.stage: w.runner for w in workers.values()}   # replicas are identical after averaging
+    tokens = sum(o.samples for w in origins for o in w.ledger.history) * args.seq_len
+    by_stage = {w.seat.stage: w.seat.runner for w in workers.values()}   # replicas are identical after averaging
     store = CheckpointStore(folder, "conv")
     for stage, runner in by_stage.items():
         store.save(runner, stage, args.steps - 1)
     stages = [by_stage[s].module.eval() for s in range(args.stages)]
     loss = math.log(perplexity(stages, tuple(range(args.stages)), held_out))
-    lost = sum(o.lost for w in origins for o in w.history)
+    lost = sum(o.lost for w in origins for o in w.ledger.history)
     print(f"k={k}: {len(schedule.routes)} microbatches/iteration, {tokens} tokens, train loss "
           f"{curve[0]:.3f} -> {curve[-1]:.3f}, held-out loss {loss:.4f}, lost {lost}, "
           f"{time.monotonic() - t0:.0f}s", flush=True)

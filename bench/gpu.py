@@ -34,7 +34,7 @@ from peer.compute.runner import OptimConfig, StageRunner  # noqa: E402
 from peer.compute.stages import build_stage, layer_ranges  # noqa: E402
 from peer.pipeline.handlers import WorkHandlers  # noqa: E402
 from peer.pipeline.schedule_book import ScheduleBook  # noqa: E402
-from peer.pipeline.worker import PipelineWorker, WorkerSettings  # noqa: E402
+from peer.pipeline.worker import PipelineWorker, StageSeat, WorkerHooks, WorkerSettings  # noqa: E402
 from peer.transport.memory import MemoryNetwork  # noqa: E402
 from peer.transport.rpc import RpcClient, RpcServer  # noqa: E402
 from protocol import messages as m  # noqa: E402
@@ -138,9 +138,9 @@ async def run_swarm(spec: m.RunSpec, dev: torch.device, depth: int, prec, timeou
         book.add(schedule)
         transport = network.transport(peer)
         worker = PipelineWorker(peer, spec, RpcClient(transport), book,
-                                make_runner=lambda s: make_runner(spec.model, s, spec.num_stages, dev, depth, prec),
-                                batch=batch, settings=WorkerSettings(max_activations=depth,
-                                                                     iteration_timeout_s=300))
+                                StageSeat(lambda s: make_runner(spec.model, s, spec.num_stages, dev, depth, prec)),
+                                settings=WorkerSettings(max_activations=depth, iteration_timeout_s=300),
+                                hooks=WorkerHooks(batch=batch))
         server = RpcServer()
 
         async def no_refresh():
@@ -152,8 +152,8 @@ async def run_swarm(spec: m.RunSpec, dev: torch.device, depth: int, prec, timeou
         await asyncio.wait_for(asyncio.gather(*(w.run() for w in workers)), timeout=timeout_s)
     finally:
         for w in workers:
-            w.executor.shutdown(wait=True)
-    history = workers[0].history
+            w.seat.executor.shutdown(wait=True)
+    history = workers[0].ledger.history
     if len(history) < 2 or any(o.completed != spec.microbatches_per_origin for o in history):
         raise RuntimeError(f"swarm did not complete every microbatch: {[o.counts for o in history]}")
     return tokens_per_s([o.finished_at for o in history], spec)

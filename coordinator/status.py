@@ -14,11 +14,12 @@ from protocol.adverts import PeerState
 
 from coordinator.planner.simulate import simulate
 from coordinator.swarm_view import SwarmSnapshot
+from swarmcore.outcomes import OUTCOMES
 
 PAGE = Path(__file__).with_name("status_page.html")
 ITERATIONS_SHOWN = 500
 PLANNED_TASKS_SHOWN = 4000
-COUNT_KINDS = ("completed", "rerouted", "skipped_stage", "reissued", "lost")
+COUNT_KINDS = OUTCOMES
 
 
 def reachability(peer: str, snapshot: SwarmSnapshot) -> dict:

@@ -3,6 +3,7 @@ import collections
 from pathlib import Path
 
 from coordinator.progress import IterationSummary
+from swarmcore.outcomes import OUTCOMES
 from tokendata.cursor import expand_positions
 
 
@@ -48,8 +49,7 @@ def summary_dict(summaries: list[IterationSummary], args, wall_s: float, replans
         "tokens_per_s": tokens / busy if busy else 0.0,
         "mean_iteration_s": busy / len(summaries) if summaries else None,
         "wall_s": wall_s,
-        "microbatches": {k: sum(getattr(s, k) for s in summaries)
-                         for k in ("completed", "rerouted", "skipped_stage", "reissued", "lost")},
+        "microbatches": {k: sum(getattr(s, k) for s in summaries) for k in OUTCOMES},
         "iterations": iteration_rows(summaries),
         "replans": list(replans),
     }

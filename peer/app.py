@@ -27,7 +27,10 @@ from peer.pipeline.checkpoint import CheckpointStore
 from peer.pipeline.handlers import WorkHandlers
 from peer.pipeline.schedule_book import ScheduleBook, StaleSchedule
 from peer.chaos import corrupting, make_hook, parse_faults
-from peer.pipeline.worker import IterationOutcome, PipelineWorker, WorkerSettings
+from peer.pipeline.rejoin import Isolation
+from peer.pipeline.seat import StageSeat
+from peer.pipeline.worker import IterationOutcome, PipelineWorker, WorkerHooks, WorkerSettings
+from peer.routing.health import Health
 from peer.metrics import MeteredTransport, PeerMetrics, metrics_routes
 from peer.isolation import IsolationMonitor
 from peer.reachability import run_self_test
@@ -72,6 +75,8 @@ class PeerApp:
         self.progress_publisher = LatestPublisher(self._put_progress, "progress")
         self.metrics = PeerMetrics()       # read by /metrics; the worker is never touched
         self.reachability = None           # the start-up self-test's Reachability
+        self.health = Health()             # shared by the worker and the isolation monitor
+        self.isolation = Isolation()       # the monitor's verdict, which the worker acts on
 
     async def run(self) -> int:
         try:
@@ -134,24 +139,7 @@ class PeerApp:
                                    cfg.announce_period_s)
         self.book = ScheduleBook()
         self.rpc = RpcClient(transport)
-        checkpoints = CheckpointStore(cfg.checkpoint_dir, spec.run, cfg.save_every, cfg.keep_last,
-                                      (spec.tokenizer, spec.tokenizer_hash)) if cfg.checkpoint_dir else None
-        self.worker = PipelineWorker(
-            me, spec, self.rpc, self.book, runtime.make_runner, runtime.batch,
-            WorkerSettings(max_activations=cfg.max_activations, rpc_timeout_s=cfg.rpc_timeout_s,
-                           iteration_timeout_s=cfg.iteration_timeout_s, spot_check_rate=cfg.spot_check_rate,
-                           share_dtype=cfg.share_dtype,
-                           # emulated links delay every heartbeat by up to two latencies
-                           ping_timeout_s=1.5 + 2 * (self.emulation.max_latency_s if self.emulation else 0.0)),
-            on_iteration=self._on_iteration, checkpoints=checkpoints)
-        self.worker.slowdown = slowdown  # an emulated slower device: compute takes x slowdown
-        self.worker.refresh_schedule = self.refresh_schedule
-        self.worker.spot.publish = lambda record: self.records.put_spot_checks(record, ttl_s=SPOT_CHECKS_TTL_S)
-        if cfg.fault:
-            logger.warning("FAULT INJECTION ON: %s", cfg.fault)
-            faults = parse_faults(cfg.fault)
-            self.worker.fault_hook = make_hook(faults, lambda f: setattr(self.worker, "slowdown", f))
-            self.worker.make_runner = corrupting(self.worker.make_runner, faults)
+        self.worker = self._worker(me, spec, runtime, slowdown)
         server = self.guard.rpc_server(self.records, RpcServer)
         WorkHandlers(self.worker, coalesced(self.refresh_schedule)).register(server)
         await transport.serve(server.handle)
@@ -170,11 +158,33 @@ class PeerApp:
                 await http.close()
         return 0
 
+    def _worker(self, me: str, spec: RunSpec, runtime, slowdown: float) -> PipelineWorker:
+        """The pipeline worker and its seat, every hook passed in at construction."""
+        cfg = self.config
+        checkpoints = CheckpointStore(cfg.checkpoint_dir, spec.run, cfg.save_every, cfg.keep_last,
+                                      (spec.tokenizer, spec.tokenizer_hash)) if cfg.checkpoint_dir else None
+        faults = parse_faults(cfg.fault) if cfg.fault else []
+        if faults:
+            logger.warning("FAULT INJECTION ON: %s", cfg.fault)
+        # slowdown: an emulated slower device, compute takes x slowdown
+        seat = StageSeat(corrupting(runtime.make_runner, faults), checkpoints, slowdown)
+        hooks = WorkerHooks(
+            batch=runtime.batch, on_iteration=self._on_iteration, refresh_schedule=self.refresh_schedule,
+            publish_spot_checks=lambda record: self.records.put_spot_checks(record, ttl_s=SPOT_CHECKS_TTL_S),
+            fault=make_hook(faults, seat.set_slowdown) if faults else None)
+        settings = WorkerSettings(
+            max_activations=cfg.max_activations, rpc_timeout_s=cfg.rpc_timeout_s,
+            iteration_timeout_s=cfg.iteration_timeout_s, spot_check_rate=cfg.spot_check_rate,
+            share_dtype=cfg.share_dtype,
+            # emulated links delay every heartbeat by up to two latencies
+            ping_timeout_s=1.5 + 2 * (self.emulation.max_latency_s if self.emulation else 0.0))
+        return PipelineWorker(me, spec, self.rpc, self.book, seat, settings, hooks, self.health, self.isolation)
+
     async def _serve_until_stopped(self) -> None:
         background = [asyncio.create_task(c) for c in (
             self.announcer.run(), self._watch_schedule(), self._probe_links(), self._print_status(),
-            IsolationMonitor(self.worker, self.records, self.rpc, self.announcer.advert.peer_id,
-                             self.config.announce_period_s, self.config.dht_poll_s,
+            IsolationMonitor(self.isolation, self.health, self.worker.ledger, self.book, self.records, self.rpc,
+                             self.announcer.advert.peer_id, self.config.announce_period_s, self.config.dht_poll_s,
                              rebootstrap=self._rebootstrap).run(),
             self.guard.run(self.config.announce_period_s))]
         work = asyncio.create_task(self.worker.run())
@@ -184,7 +194,7 @@ class PeerApp:
             if work in done:
                 work.result()  # surface a crash of the worker
                 linger = self.config.linger_s
-                logger.info("run finished after %d iterations; leaving in %.0fs", self.worker.iteration, linger)
+                logger.info("run finished after %d iterations; leaving in %.0fs", self.worker.ledger.iteration, linger)
                 deadline = time.monotonic() + linger
                 while not stopper.done() and time.monotonic() < deadline:
                     await self.progress_publisher.flush(timeout=max(0.0, deadline - time.monotonic()))
@@ -286,7 +296,7 @@ class PeerApp:
                               self.reachability.verdict if self.reachability else ""), flush=True)
 
     async def _on_iteration(self, outcome: IterationOutcome) -> None:
-        if not self.worker.runner.is_origin:
+        if not self.worker.seat.runner.is_origin:
             return
         spec = self.worker.spec
         report = IterationReport(

@@ -18,7 +18,10 @@ from peer.transport.rpc import RemoteError
 
 if TYPE_CHECKING:
     from peer.discovery.dht_records import PeerRecords
-    from peer.pipeline.worker import PipelineWorker
+    from peer.pipeline.ledger import Ledger
+    from peer.pipeline.rejoin import Isolation
+    from peer.pipeline.schedule_book import ScheduleBook
+    from peer.routing.health import Health
     from peer.transport.rpc import RpcClient
 
 logger = logging.getLogger("skippipe.peer")
@@ -27,10 +30,14 @@ PING_TIMEOUT_S = 2.0
 
 
 class IsolationMonitor:
-    def __init__(self, worker: "PipelineWorker", records: "PeerRecords", rpc: "RpcClient", me: str,
-                 announce_period_s: float, period_s: float = 1.0,
-                 rebootstrap: Callable[[list[str]], Awaitable[int]] | None = None):
-        self.w, self.records, self.rpc, self.me = worker, records, rpc, me
+    """Writes what it concludes into the parts it shares with the worker: `health` (departed
+    peers) and `isolation` (cut off or not); reads the running schedule from `ledger`."""
+
+    def __init__(self, isolation: "Isolation", health: "Health", ledger: "Ledger", book: "ScheduleBook",
+                 records: "PeerRecords", rpc: "RpcClient", me: str, announce_period_s: float,
+                 period_s: float = 1.0, rebootstrap: Callable[[list[str]], Awaitable[int]] | None = None):
+        self.isolation, self.health, self.ledger, self.book = isolation, health, ledger, book
+        self.records, self.rpc, self.me = records, rpc, me
         self.rebootstrap = rebootstrap           # refills our DHT routing table (see discovery/)
         self.grace_s = 2 * announce_period_s     # one late advert on a busy machine is no departure
         self.period_s = period_s
@@ -41,7 +48,7 @@ class IsolationMonitor:
     async def run(self) -> None:
         while True:
             await asyncio.sleep(self.period_s)
-            schedule = self.w.current
+            schedule = self.ledger.current
             if schedule is not None:
                 await self.check(list(schedule.stage_of()))
 
@@ -52,14 +59,14 @@ class IsolationMonitor:
             logger.debug("listing peers failed: %s", exc)
             adverts = None
         verdict = self.watch.observe(scheduled, adverts)
-        if verdict.departed != self.w.health.departed:
+        if verdict.departed != self.health.departed:
             logger.info("departed peers: %s", sorted(p[:12] for p in verdict.departed))
-        self.w.health.set_departed(verdict.departed)
+        self.health.set_departed(verdict.departed)
         await self._judge(verdict, [p for p in scheduled if p != self.me])
         return verdict
 
     async def _judge(self, verdict: Verdict, others: list[str]) -> None:
-        cut_off = self.w.isolation.cut_off
+        cut_off = self.isolation.cut_off
         if verdict.reliable:
             self._unreliable_since = None
             if cut_off:
@@ -108,8 +115,8 @@ class IsolationMonitor:
             logger.debug("refilling the DHT routing table failed: %s", exc)
 
     def _set(self, cut_off: bool, why: str) -> None:
-        latest = self.w.book.latest
-        self.w.isolation.set(cut_off, latest.epoch if latest is not None else 0)
+        latest = self.book.latest
+        self.isolation.set(cut_off, latest.epoch if latest is not None else 0)
         if cut_off:
             logger.warning("this peer seems CUT OFF from the swarm: %s. Training pauses; check this "
                            "machine's network (it rejoins by itself when the swarm is reachable)", why)

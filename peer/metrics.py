@@ -8,8 +8,9 @@ from opsweb.prom import CONTENT_TYPE, Exposition, Histogram, process_rss_bytes
 from opsweb.server import Response
 
 from peer.transport.base import Handler, OnSent, Transport, TransportError
+from swarmcore.outcomes import OUTCOMES
 
-COUNT_KINDS = ("completed", "rerouted", "skipped_stage", "reissued", "lost")
+COUNT_KINDS = OUTCOMES
 
 
 class PeerMetrics:
@@ -77,9 +78,9 @@ def totals(history) -> dict[str, int]:
 
 def last_iteration(worker, seq_len: int) -> tuple[float, float]:
     """(seconds, tokens/s) of the worker's last finished iteration; tokens only on origins."""
-    if not worker.history:
+    if not worker.ledger.history:
         return 0.0, 0.0
-    last = worker.history[-1]
+    last = worker.ledger.history[-1]
     took = max(last.finished_at - last.started_at, 1e-9)
     return took, last.samples * seq_len / took
 
@@ -103,15 +104,16 @@ def render_metrics(app) -> str:
         if cuda is not None:
             e.gauge("skippipe_peer_cuda_allocated_bytes", "CUDA memory held by tensors", cuda)
         took, tokens_s = last_iteration(worker, worker.spec.seq_len)
-        e.gauge("skippipe_peer_iteration", "the iteration this peer is working on", worker.iteration)
-        e.gauge("skippipe_peer_stage", "hosted stage (-1: none yet)", -1 if worker.stage is None else worker.stage)
+        e.gauge("skippipe_peer_iteration", "the iteration this peer is working on", worker.ledger.iteration)
+        stage = worker.seat.stage
+        e.gauge("skippipe_peer_stage", "hosted stage (-1: none yet)", -1 if stage is None else stage)
         e.gauge("skippipe_peer_iteration_seconds", "duration of the last finished iteration", took)
         e.gauge("skippipe_peer_tokens_per_second", "tokens/s of the last iteration (stage-0 peers)", tokens_s)
-        for kind, n in totals(worker.history).items():
+        for kind, n in totals(worker.ledger.history).items():
             e.counter("skippipe_peer_microbatches_total", "microbatches by how they ended", n, {"outcome": kind})
         e.gauge("skippipe_peer_queue_depth", "work waiting in the inbox", len(worker.inbox), {"queue": "inbox"})
-        if worker.runner is not None:
-            e.gauge("skippipe_peer_queue_depth", "work waiting in the inbox", worker.runner.stashed,
+        if worker.seat.runner is not None:
+            e.gauge("skippipe_peer_queue_depth", "work waiting in the inbox", worker.seat.runner.stashed,
                     {"queue": "stashed_activations"})
     return e.render()
 

@@ -1,16 +1,17 @@
 """The peer's periodic one-line status, and the same facts as a dict for /api/status."""
 from peer.pipeline.worker import PipelineWorker
+from swarmcore.outcomes import OUTCOMES
 
 
 def status_line(worker: PipelineWorker, peer_id: str, state: str, reach: str = "") -> str:
-    stage = "-" if worker.stage is None else str(worker.stage)
-    last = worker.history[-1] if worker.history else None
+    stage = "-" if worker.seat.stage is None else str(worker.seat.stage)
+    last = worker.ledger.history[-1] if worker.ledger.history else None
     parts = [f"peer {peer_id[:12]}", f"state={state}", f"stage={stage}"]
-    if worker.stage is None:
+    if worker.seat.stage is None:
         parts.append(f"waiting: {waiting_reason(worker)}")
-    parts += [f"iteration={worker.iteration}", f"inbox={len(worker.inbox)}"]
-    if worker.runner is not None:
-        parts.append(f"stash={worker.runner.stashed}")
+    parts += [f"iteration={worker.ledger.iteration}", f"inbox={len(worker.inbox)}"]
+    if worker.seat.runner is not None:
+        parts.append(f"stash={worker.seat.runner.stashed}")
     if last is not None:
         took = last.finished_at - last.started_at
         parts.append(f"last_iter={took:.2f}s")
@@ -42,12 +43,12 @@ def status_dict(app) -> dict:
     out = {"state": app.advert_state.name, "run": app.config.run, "device": app.config.device,
            "reachability": reach}
     if worker is not None:
-        last = worker.history[-1] if worker.history else None
-        out.update(peer_id=worker.me, stage=worker.stage, iteration=worker.iteration, inbox=len(worker.inbox),
-                   waiting=waiting_reason(worker) if worker.stage is None else None,
+        last = worker.ledger.history[-1] if worker.ledger.history else None
+        out.update(peer_id=worker.me, stage=worker.seat.stage, iteration=worker.ledger.iteration,
+                   inbox=len(worker.inbox),
+                   waiting=waiting_reason(worker) if worker.seat.stage is None else None,
                    cut_off=worker.isolation.cut_off,
                    last_iteration_s=(last.finished_at - last.started_at) if last else None,
                    last_loss=(last.loss_sum / last.samples) if last and last.samples else None,
-                   microbatches={k: sum(o.counts.get(k, 0) for o in worker.history)
-                                 for k in ("completed", "rerouted", "skipped_stage", "reissued", "lost")})
+                   microbatches={k: sum(o.counts.get(k, 0) for o in worker.ledger.history) for k in OUTCOMES})
     return out

@@ -9,7 +9,7 @@ from protocol.schedule import Hop, Route, Schedule, StageAssignment
 from peer.compute.runner import StageRunner
 from peer.pipeline.handlers import WorkHandlers
 from peer.pipeline.schedule_book import ScheduleBook
-from peer.pipeline.worker import PipelineWorker, WorkerSettings
+from peer.pipeline.worker import PipelineWorker, StageSeat, WorkerHooks, WorkerSettings
 from peer.transport.memory import MemoryNetwork
 from peer.transport.rpc import RpcClient, RpcServer
 
@@ -68,12 +68,12 @@ async def build_memory_swarm(spec: m.RunSpec, schedule: Schedule, batch, timeout
         book = ScheduleBook()
         book.add(schedule)
         transport = network.transport(peer)
+        fault = kill_hook(network, peer, *kill[peer]) if kill and peer in kill else None
         worker = PipelineWorker(
             peer, spec, RpcClient(transport), book,
-            make_runner=lambda stage: RecordingRunner.from_spec(spec, stage, max_stash=16),
-            batch=batch, settings=WorkerSettings(iteration_timeout_s=timeout, share_dtype=share_dtype))
-        if kill and peer in kill:
-            worker.fault_hook = kill_hook(network, peer, *kill[peer])
+            StageSeat(lambda stage: RecordingRunner.from_spec(spec, stage, max_stash=16)),
+            settings=WorkerSettings(iteration_timeout_s=timeout, share_dtype=share_dtype),
+            hooks=WorkerHooks(batch=batch, fault=fault))
         server = RpcServer()
 
         async def no_refresh():

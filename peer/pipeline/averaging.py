@@ -16,7 +16,7 @@ to it is still on its way (Outbound.gone).
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Awaitable, Callable
+from typing import Awaitable, Callable
 
 import torch
 
@@ -25,11 +25,12 @@ from protocol.messages import GradientShare
 from protocol.schedule import Schedule
 
 from peer.pipeline import plan_view as pv
+from peer.pipeline.flights import IterationOutcome
+from peer.pipeline.ledger import Ledger
+from peer.pipeline.seat import StageSeat
+from peer.pipeline.sender import Sender
+from peer.pipeline.settings import WorkerSettings
 from peer.pipeline.share_codec import encode_share
-
-if TYPE_CHECKING:
-    from peer.pipeline.flights import IterationOutcome
-    from peer.pipeline.worker import PipelineWorker
 
 logger = logging.getLogger(__name__)
 
@@ -163,30 +164,44 @@ class ShareDeliveries:
             task.cancel()
 
 
-async def average_and_step(w: "PipelineWorker", i: int, schedule: Schedule, outcome: "IterationOutcome") -> None:
-    """End of iteration `i` on worker `w`: exchange gradients with the stage's other replicas,
-    average what arrived, step the optimizer."""
-    r = w.runner
-    others = [p for p in pv.replicas(schedule, w.stage) if p != w.me]
-    mine = Contribution(await w.compute(r.grad_vector), r.samples_this_step, outcome.loss_sum)
-    if others:
-        payload, scales, vector = await w.compute(encode_share, mine.vector, w.settings.share_dtype)
-        mine = Contribution(vector, mine.samples, mine.loss_sum)
-        share = m.GradientShare(w.spec.run, schedule.epoch, i, w.stage, mine.samples, payload, mine.loss_sum,
-                                scales)
-        outbound = w.deliveries.start(others, share)  # in the background: no ack wait
-        # replicas may legitimately still be working: wait as long as an iteration may take,
-        # but not for one that died (its gradients died with it) or would not take ours
-        w.recovery.averaging_with = set(others)  # heartbeat them while we wait
-        try:
-            got = await w.shares.collect(i, w.stage, set(others), w.settings.iteration_timeout_s,
-                                         gone=lambda p: outbound.gone(p, w.health.suspect(p)))
-        finally:
-            w.recovery.averaging_with = set()
-        result = combine({**got, w.me: mine}, [w.me, *others])
-        if result.missing:
-            logger.warning("iteration %d: no gradients from replica(s) %s; averaging without them",
-                           i, [p[:12] for p in result.missing])
-        await w.compute(r.set_grad_vector, result.vector, result.samples)
-    stats = await w.compute(r.step)
-    logger.debug("iteration %d stage %d step: %s", i, w.stage, stats)
+class GradientExchange:
+    """The end of each iteration for our stage: our share out to the other replicas (in the
+    background, through the sender), theirs in (`shares`, filled by the handlers), then the
+    averaged step on the seat's runner."""
+
+    def __init__(self, me: str, run: str, settings: WorkerSettings, seat: StageSeat, ledger: Ledger,
+                 sender: Sender):
+        self.me, self.run, self.settings = me, run, settings
+        self.seat, self.ledger, self.health = seat, ledger, sender.health
+        self.shares = ShareBox()
+        self.deliveries = ShareDeliveries(
+            lambda peer, share: sender.send_with_retries(peer, share, f"gradient share {share.iteration}"),
+            self.shares)
+
+    async def average_and_step(self, i: int, schedule: Schedule, outcome: IterationOutcome) -> None:
+        """End of iteration `i`: exchange gradients with the stage's other replicas, average
+        what arrived, step the optimizer."""
+        seat, r = self.seat, self.seat.runner
+        others = [p for p in pv.replicas(schedule, seat.stage) if p != self.me]
+        mine = Contribution(await seat.compute(r.grad_vector), r.samples_this_step, outcome.loss_sum)
+        if others:
+            payload, scales, vector = await seat.compute(encode_share, mine.vector, self.settings.share_dtype)
+            mine = Contribution(vector, mine.samples, mine.loss_sum)
+            share = m.GradientShare(self.run, schedule.epoch, i, seat.stage, mine.samples, payload,
+                                    mine.loss_sum, scales)
+            outbound = self.deliveries.start(others, share)  # in the background: no ack wait
+            # replicas may legitimately still be working: wait as long as an iteration may take,
+            # but not for one that died (its gradients died with it) or would not take ours
+            self.ledger.awaiting_shares = set(others)  # recovery heartbeats them while we wait
+            try:
+                got = await self.shares.collect(i, seat.stage, set(others), self.settings.iteration_timeout_s,
+                                                gone=lambda p: outbound.gone(p, self.health.suspect(p)))
+            finally:
+                self.ledger.awaiting_shares = set()
+            result = combine({**got, self.me: mine}, [self.me, *others])
+            if result.missing:
+                logger.warning("iteration %d: no gradients from replica(s) %s; averaging without them",
+                               i, [p[:12] for p in result.missing])
+            await seat.compute(r.set_grad_vector, result.vector, result.samples)
+        stats = await seat.compute(r.step)
+        logger.debug("iteration %d stage %d step: %s", i, seat.stage, stats)

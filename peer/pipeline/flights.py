@@ -16,6 +16,7 @@ import torch
 from protocol.schedule import Route
 
 from peer.pipeline.plan_view import Kind
+from swarmcore.outcomes import OUTCOMES, Outcome
 
 ATTEMPT_SLOTS = 64
 
@@ -44,7 +45,7 @@ class OriginEntry:
     planned: Route
     attempt: int = 0
     reissued: bool = False
-    outcome: str | None = None        # completed / rerouted / skipped_stage / reissued / lost
+    outcome: Outcome | None = None
     head_route: Route | None = None   # route of the attempt whose head we computed
     head_attempt: int = -1
     loss_sum: float = 0.0
@@ -87,10 +88,10 @@ class IterationState:
         return sorted(mb for mb, e in self.own.items() if e.outcome is None)
 
     def counts(self) -> dict[str, int]:
-        out = {"completed": 0, "rerouted": 0, "skipped_stage": 0, "reissued": 0, "lost": 0}
+        out = dict.fromkeys(OUTCOMES, 0)
         for e in self.own.values():
             if e.outcome is not None:
-                out[e.outcome] += 1
+                out[Outcome(e.outcome).value] += 1
         return out
 
 
@@ -121,8 +122,8 @@ class IterationOutcome:
 
     @property
     def completed(self) -> int:
-        return self.counts.get("completed", 0)
+        return self.counts.get(Outcome.COMPLETED, 0)
 
     @property
     def lost(self) -> int:
-        return self.counts.get("lost", 0)
+        return self.counts.get(Outcome.LOST, 0)

@@ -21,8 +21,9 @@ from peer.pipeline import plan_view as pv
 from peer.pipeline import spot_checks
 from peer.pipeline.inbox import InboxFull
 from peer.pipeline.share_codec import decode_share
-from peer.pipeline.state_sync import NotReady
-from peer.pipeline.worker import PipelineWorker, Work
+from peer.pipeline.flights import Work
+from peer.pipeline.state_sync import NotReady, StateDonor
+from peer.pipeline.worker import PipelineWorker
 from peer.routing import fallback
 
 
@@ -43,6 +44,7 @@ class WorkHandlers:
         self.worker = worker
         self.refresh_schedule = refresh_schedule
         self.bad_senders: dict[str, int] = {}
+        self.donor = StateDonor(worker.seat)    # serves our stage's state and weights
         self.hidden_dim = spec_config(worker.spec).dim  # known before our stage is loaded
 
     def register(self, server) -> None:
@@ -74,10 +76,11 @@ class WorkHandlers:
             raise Rejected(ErrorCode.SHUTTING_DOWN, "this peer is sitting out a partition until it rejoins")
         if header_run != w.spec.run:
             raise Rejected(ErrorCode.UNKNOWN_RUN, f"this peer serves run {w.spec.run!r}, not {header_run!r}")
-        if iteration < w.iteration:
-            raise Rejected(ErrorCode.ITERATION_OVER, f"iteration {iteration} is over (we are at {w.iteration})")
-        if iteration > w.iteration + ITERATIONS_AHEAD:
-            raise Rejected(ErrorCode.OVERLOADED, f"iteration {iteration} is too far ahead of ours ({w.iteration})")
+        ours = w.ledger.iteration
+        if iteration < ours:
+            raise Rejected(ErrorCode.ITERATION_OVER, f"iteration {iteration} is over (we are at {ours})")
+        if iteration > ours + ITERATIONS_AHEAD:
+            raise Rejected(ErrorCode.OVERLOADED, f"iteration {iteration} is too far ahead of ours ({ours})")
         latest = w.book.latest
         if latest is None or epoch > latest.epoch:
             await asyncio.wait_for(self.refresh_schedule(), timeout=5.0)
@@ -96,7 +99,7 @@ class WorkHandlers:
         task = pv.task_for_request(route, w.me, phase, header.hop_index)
         if task is None:
             raise Rejected(ErrorCode.WRONG_STAGE, f"hop {header.hop_index} of microbatch {mb} is not ours")
-        st = w.state(header.iteration)
+        st = w.ledger.state(header.iteration)
         if phase == Phase.FORWARD:
             if remote == route.origin:
                 self._origin_moved_on(remote, header.iteration)
@@ -121,8 +124,8 @@ class WorkHandlers:
         """An origin sending work of `iteration` is done with every earlier one (a backup for
         an IterationDone that did not reach us)."""
         w = self.worker
-        for i in range(w.iteration, iteration):
-            w.state(i).done_origins.add(origin)
+        for i in range(w.ledger.iteration, iteration):
+            w.ledger.state(i).done_origins.add(origin)
 
     def _route_of(self, schedule, header: m.WorkHeader):
         """The route this microbatch takes: the planned one, or a recovered one we accept."""
@@ -201,12 +204,12 @@ class WorkHandlers:
 
     async def iteration_done(self, remote: str, done: m.IterationDone) -> m.Ack:
         w = self.worker
-        if done.iteration < w.iteration:
+        if done.iteration < w.ledger.iteration:
             return m.Ack(done.iteration)  # we moved on already
         schedule = await self._schedule_for(done.run, done.epoch, done.iteration)
         if remote not in pv.replicas(schedule, 0):
             raise Rejected(ErrorCode.NOT_MEMBER, f"{remote[:12]} is not a stage-0 peer of epoch {done.epoch}")
-        w.state(done.iteration).done_origins.add(remote)
+        w.ledger.state(done.iteration).done_origins.add(remote)
         await w.inbox.poke()
         return m.Ack(done.iteration)
 
@@ -222,7 +225,7 @@ class WorkHandlers:
             raise Rejected(ErrorCode.NOT_MEMBER, f"{remote[:12]} is not a replica of stage {req.stage} "
                                                  f"at iteration {req.iteration}")
         try:
-            return await w.donor.reply(req)
+            return await self.donor.reply(req)
         except NotReady as exc:
             raise Rejected(ErrorCode.OVERLOADED, str(exc)) from None
         except ValueError as exc:
@@ -235,7 +238,7 @@ class WorkHandlers:
         if req.run != w.spec.run:
             raise Rejected(ErrorCode.UNKNOWN_RUN, f"this peer serves run {w.spec.run!r}, not {req.run!r}")
         try:
-            return await w.donor.weights(req)
+            return await self.donor.weights(req)
         except ValueError as exc:
             raise Rejected(ErrorCode.WRONG_STAGE, str(exc)) from None
 
@@ -248,7 +251,7 @@ class WorkHandlers:
         if remote not in {h.peer for h in route.hops}:
             raise Rejected(ErrorCode.NOT_MEMBER, f"{remote[:12]} is not on microbatch "
                                                  f"{header.microbatch_id}'s route")
-        w.spawn(w.recovery.on_failed_report(remote, report))
+        w.tasks.spawn(w.recovery.on_failed_report(remote, report))
         return m.Ack(header.iteration)
 
     async def gradient_share(self, remote: str, share: m.GradientShare) -> m.GradientShareAck:
@@ -257,9 +260,9 @@ class WorkHandlers:
         ours = schedule.stage_of().get(w.me)
         if share.stage != ours or remote not in pv.replicas(schedule, share.stage):
             raise Rejected(ErrorCode.WRONG_STAGE, f"{remote[:12]} is not a replica of our stage {ours}")
-        if w.runner is None or w.stage != ours:
+        if w.seat.runner is None or w.seat.stage != ours:
             raise Rejected(ErrorCode.OVERLOADED, "our stage is still loading; retry")
-        n = w.runner.num_parameters()
+        n = w.seat.runner.num_parameters()
         try:
             vector = decode_share(share.tensor, share.scales, n)
         except BadTensor as exc:
@@ -272,5 +275,5 @@ class WorkHandlers:
         if share.samples > most:
             raise Rejected(ErrorCode.MALFORMED, f"a share of {share.samples} samples: iteration "
                                                 f"{share.iteration} has at most {most}")
-        await w.shares.add(remote, share, vector)
+        await w.exchange.shares.add(remote, share, vector)
         return m.GradientShareAck(share.iteration)

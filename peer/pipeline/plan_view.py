@@ -74,14 +74,18 @@ def task_for_request(route: Route, me: str, phase: Phase, hop_index: int) -> Tas
     return None
 
 
+def next_hop(route: Route, hop_index: int) -> str:
+    """Who receives the forward output of hop `hop_index` (the origin's head after the last
+    hop), and so owes that hop its backward: the one place the next hop is worked out."""
+    nxt = hop_index + 1
+    return route.hops[nxt].peer if nxt < len(route.hops) else route.origin
+
+
 def destination(route: Route, task: TaskKey) -> Destination | None:
     """Where the output of `task` is sent; None when it stays here (or the microbatch is done)."""
     n = len(route.hops)
     if task.kind.is_forward:
-        nxt = task.hop_index + 1
-        if nxt == n:
-            return Destination(route.origin, Phase.FORWARD, n)
-        return Destination(route.hops[nxt].peer, Phase.FORWARD, nxt)
+        return Destination(next_hop(route, task.hop_index), Phase.FORWARD, task.hop_index + 1)
     if task.kind == Kind.HEAD:
         return Destination(route.hops[n - 1].peer, Phase.BACKWARD, n - 1)
     if task.kind == Kind.BACKWARD:
@@ -150,7 +154,7 @@ def expected_sender(route: Route, task: TaskKey) -> str:
     if task.kind == Kind.HEAD:
         return route.hops[n - 1].peer
     if task.kind == Kind.BACKWARD:
-        return route.hops[task.hop_index + 1].peer if task.hop_index + 1 < n else route.origin
+        return next_hop(route, task.hop_index)
     if task.kind == Kind.ORIGIN_BACKWARD:
-        return route.hops[1].peer if n > 1 else route.origin
+        return next_hop(route, 0)
     return route.origin  # ORIGIN_FORWARD is never received

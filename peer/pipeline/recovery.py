@@ -16,27 +16,33 @@ dead peer had accumulated die with it: its stage averages over its surviving rep
 import asyncio
 import logging
 import random
-from typing import TYPE_CHECKING
+
+import torch
 
 from protocol import messages as m
-from protocol.schedule import Schedule
+from protocol.schedule import Route, Schedule
 
 from peer.pipeline import plan_view as pv
-from peer.pipeline.flights import IterationState, next_attempt
+from peer.pipeline.background import Background
+from peer.pipeline.flights import IterationState, Work, next_attempt
+from peer.pipeline.ledger import Ledger
+from peer.pipeline.seat import StageSeat
+from peer.pipeline.sender import Sender
+from peer.pipeline.settings import WorkerSettings
 from peer.routing import fallback
 from peer.transport.base import TransportError
 from peer.transport.rpc import RemoteError
-
-if TYPE_CHECKING:
-    from peer.pipeline.worker import PipelineWorker, Work
+from swarmcore.outcomes import Outcome
 
 logger = logging.getLogger(__name__)
 
 
 class Recovery:
-    def __init__(self, worker: "PipelineWorker"):
-        self.w = worker
-        self.averaging_with: set[str] = set()       # replicas whose shares we are waiting for
+    def __init__(self, me: str, run: str, settings: WorkerSettings, seat: StageSeat, ledger: Ledger,
+                 sender: Sender, tasks: Background):
+        self.me, self.run, self.settings = me, run, settings
+        self.seat, self.ledger, self.sender, self.tasks = seat, ledger, sender, tasks
+        self.health = sender.health
         self.events: list[str] = []                 # recent recoveries, for status output
 
     def _note(self, text: str) -> None:
@@ -45,23 +51,30 @@ class Recovery:
 
     # ---- watching the peers that owe us work ----
 
+    async def deliver(self, i: int, schedule: Schedule, route: Route, task: pv.TaskKey,
+                      tensor: torch.Tensor, attempt: int) -> None:
+        """Send a task's result on; a forward its next hop does not take is repaired here."""
+        failed = await self.sender.send_output(i, schedule, route, task, tensor, attempt)
+        if failed is not None:
+            await self.next_hop_failed(i, route.microbatch_id, failed.peer)
+
     def watched(self) -> set[str]:
-        w, schedule = self.w, self.w.current
-        if schedule is None or w.runner is None:
+        schedule, runner = self.ledger.current, self.seat.runner
+        if schedule is None or runner is None:
             return set()
-        st = w.states.get(w.iteration)
-        peers = set(self.averaging_with)
+        st = self.ledger.in_hand()
+        peers = set(self.ledger.awaiting_shares)
         if st is not None:
             peers |= {f.successor for f in st.flights.values()}
-            if not w.runner.is_origin:
+            if not runner.is_origin:
                 peers |= {o for o in pv.replicas(schedule, 0) if o not in st.done_origins}
-        peers.discard(w.me)
+        peers.discard(self.me)
         return peers
 
     async def monitor(self) -> None:
         """Heartbeat the peers we wait on; recover the work of those that stopped answering."""
         while True:
-            await asyncio.sleep(self.w.settings.heartbeat_s)
+            await asyncio.sleep(self.settings.heartbeat_s)
             try:
                 peers = self.watched()
                 await asyncio.gather(*(self._ping(p) for p in peers))
@@ -73,34 +86,34 @@ class Recovery:
 
     async def _ping(self, peer: str) -> None:
         try:
-            await self.w.rpc.call(peer, m.Ping(random.getrandbits(32)), self.w.settings.ping_timeout_s)
-            self.w.health.record_success(peer)
+            await self.sender.rpc.call(peer, m.Ping(random.getrandbits(32)), self.settings.ping_timeout_s)
+            self.health.record_success(peer)
         except (TransportError, RemoteError):
-            self.w.health.record_failure(peer, self.w._replicas_of_peer(peer))
+            self.health.record_failure(peer, self.sender.replicas_of_peer(peer))
 
     async def _recover_suspects(self) -> None:
-        st = self.w.states.get(self.w.iteration)
+        i, st = self.ledger.iteration, self.ledger.in_hand()
         if st is None:
             return
         for mb, flight in list(st.flights.items()):
-            if flight.successor != self.w.me and self.w.health.suspect(flight.successor):
-                await self.next_hop_failed(self.w.iteration, mb, flight.successor)
+            if flight.successor != self.me and self.health.suspect(flight.successor):
+                await self.next_hop_failed(i, mb, flight.successor)
 
     # ---- the rules, applied ----
 
     def _not_departed(self, peer: str) -> bool:
         """The fallback when no peer looks healthy: any peer still announced that has not
         failed for long (under heavy load heartbeats time out although peers are alive)."""
-        h = self.w.health
+        h = self.health
         return peer not in h.departed and h.failures(peer) < 2 * h.suspect_after
 
     def _budget(self, schedule: Schedule, mb: int) -> fallback.Budget:
         return fallback.budget_for(schedule.route(mb), schedule.num_stages, schedule.skip_ratio,
-                                   self.w.settings.extra_skips)
+                                   self.settings.extra_skips)
 
     async def next_hop_failed(self, i: int, mb: int, dead: str) -> None:
         """The successor of our flight `mb` cannot take it: repair the rest of the route."""
-        w, st, schedule = self.w, self.w.states.get(i), self.w.current
+        st, schedule, health = self.ledger.get(i), self.ledger.current, self.health
         flight = None if st is None else st.flights.get(mb)
         if flight is None or flight.successor != dead or schedule is None:
             return  # already recovered, or finished meanwhile
@@ -109,40 +122,39 @@ class Recovery:
             self._note(f"iteration {i} microbatch {mb}: its origin {dead[:12]} is unreachable")
             return
         decision = fallback.recover_hop(flight.route, hop, lambda s: pv.replicas(schedule, s),
-                                        w.health.usable, self._budget(schedule, mb))
+                                        health.usable, self._budget(schedule, mb))
         if decision.action == fallback.Action.REISSUE:  # rather a slow-looking replica than none
             decision = fallback.recover_hop(flight.route, hop, lambda s: pv.replicas(schedule, s),
                                             self._not_departed, self._budget(schedule, mb))
         if decision.action == fallback.Action.REISSUE:
-            if w.runner.is_origin:
+            if self.seat.runner.is_origin:
                 await self.reissue(i, mb, decision.detail)
             else:
                 st.flights.pop(mb, None)
-                w.runner.drop((i, mb))
+                self.seat.runner.drop((i, mb))
                 await self._ask_origin(i, schedule, flight.route, flight.upstream_attempt, dead, decision.detail)
             return
         self._note(f"iteration {i} microbatch {mb}: {decision.action.value}: {decision.detail}")
         await self._resend(i, schedule, st, mb, decision.route)
 
     async def _resend(self, i: int, schedule: Schedule, st: IterationState, mb: int, route) -> None:
-        w = self.w
         flight = st.flights[mb]
-        out = await w.compute(w.runner.stashed_output, (i, mb))
+        out = await self.seat.compute(self.seat.runner.stashed_output, (i, mb))
         flight.attempt = next_attempt(max(flight.attempt, st.seen.get((mb, pv.Kind.FORWARD), 0)), flight.hop_index)
         flight.route = route
         hop = flight.hop_index
-        flight.successor = route.hops[hop + 1].peer if hop + 1 < len(route.hops) else route.origin
+        flight.successor = pv.next_hop(route, hop)
         kind = pv.Kind.ORIGIN_FORWARD if hop == 0 else pv.Kind.FORWARD
-        w.spawn(w.send_output(i, schedule, route, pv.TaskKey(mb, kind, hop), out, flight.attempt))
+        self.tasks.spawn(self.deliver(i, schedule, route, pv.TaskKey(mb, kind, hop), out, flight.attempt))
 
     async def reissue(self, i: int, mb: int, why: str) -> None:
         """Origin only: send microbatch `mb` again from stage 0 on a fresh route."""
-        w, st, schedule = self.w, self.w.states.get(i), self.w.current
+        st, schedule = self.ledger.get(i), self.ledger.current
         entry = None if st is None else st.own.get(mb)
         if entry is None or entry.outcome is not None or mb not in st.flights:
             return
         route = None
-        for usable in (w.health.usable, self._not_departed):  # healthy peers first
+        for usable in (self.health.usable, self._not_departed):  # healthy peers first
             route = route or fallback.fresh_route(entry.planned, schedule.num_stages,
                                                   lambda s: pv.replicas(schedule, s), usable,
                                                   self._budget(schedule, mb))
@@ -157,25 +169,25 @@ class Recovery:
     def lose(self, i: int, st: IterationState, mb: int, why: str) -> None:
         entry = st.own[mb]
         if entry.outcome is None:
-            entry.outcome = "lost"
+            entry.outcome = Outcome.LOST
             st.flights.pop(mb, None)
-            self.w.runner.drop((i, mb))
+            self.seat.runner.drop((i, mb))
             self._note(f"iteration {i} microbatch {mb} LOST: {why}")
 
     async def _ask_origin(self, i: int, schedule: Schedule, route, attempt: int, dead: str, why: str) -> None:
-        header = m.WorkHeader(self.w.spec.run, schedule.epoch, i, route.microbatch_id, 0, attempt, route)
+        header = m.WorkHeader(self.run, schedule.epoch, i, route.microbatch_id, 0, attempt, route)
         self._note(f"iteration {i} microbatch {route.microbatch_id}: asking origin {route.origin[:12]} "
                    f"to re-issue it ({why})")
-        ok = await self.w.send_with_retries(route.origin, m.MicrobatchFailed(header, dead, why),
+        ok = await self.sender.send_with_retries(route.origin, m.MicrobatchFailed(header, dead, why),
                                             f"re-issue request for microbatch {route.microbatch_id}")
         if not ok:
             logger.error("iteration %d microbatch %d: could not reach its origin", i, route.microbatch_id)
 
     async def compute_failed(self, i: int, schedule: Schedule, st: IterationState, mb: int,
-                             work: "Work", why: str) -> None:
+                             work: Work, why: str) -> None:
         """Our own compute refused a microbatch (e.g. non-finite values): it cannot be
         recovered by routing, so its origin counts it lost and reports it."""
-        if self.w.runner.is_origin:
+        if self.seat.runner.is_origin:
             if mb in st.own:
                 self.lose(i, st, mb, why)
             return
@@ -184,11 +196,11 @@ class Recovery:
     async def on_failed_report(self, remote: str, report: m.MicrobatchFailed) -> None:
         """Origin side of MicrobatchFailed (already validated by the handler)."""
         i, mb = report.header.iteration, report.header.microbatch_id
-        st = self.w.states.get(i)
+        st = self.ledger.get(i)
         if st is None or mb not in st.own:
             return
         if not report.dead_peer:
             self.lose(i, st, mb, f"{remote[:12]} reported: {report.reason}")
             return
-        self.w.health.record_failure(report.dead_peer, self.w._replicas_of_peer(report.dead_peer))
+        self.health.record_failure(report.dead_peer, self.sender.replicas_of_peer(report.dead_peer))
         await self.reissue(i, mb, f"{remote[:12]} reported {report.dead_peer[:12]} unusable")

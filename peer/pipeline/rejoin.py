@@ -10,13 +10,15 @@ computed alone may reach the swarm, and the replicas' state is the one that coun
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Awaitable, TypeVar
+from typing import Awaitable, Callable, TypeVar
 
 from peer.pipeline import plan_view as pv
-from peer.pipeline.state_sync import fetch_state
-
-if TYPE_CHECKING:
-    from peer.pipeline.worker import PipelineWorker
+from peer.pipeline.inbox import Inbox
+from peer.pipeline.ledger import Ledger
+from peer.pipeline.schedule_book import ScheduleBook
+from peer.pipeline.seat import StageSeat
+from peer.pipeline.state_sync import StateFetcher
+from peer.routing.health import Health
 
 logger = logging.getLogger(__name__)
 REJOIN_WAIT_S = 60.0        # for the coordinator to re-plan with us after the heal
@@ -47,10 +49,10 @@ class Isolation:
             await self._changed.wait()
 
 
-async def unless_cut_off(w: "PipelineWorker", work: Awaitable[T]) -> T | None:
+async def unless_cut_off(isolation: Isolation, work: Awaitable[T]) -> T | None:
     """`work`'s result, or None if we were cut off before it finished (it is cancelled)."""
     task = asyncio.ensure_future(work)
-    cut = asyncio.create_task(w.isolation.wait(True))
+    cut = asyncio.create_task(isolation.wait(True))
     try:
         await asyncio.wait({task, cut}, return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -62,45 +64,59 @@ async def unless_cut_off(w: "PipelineWorker", work: Awaitable[T]) -> T | None:
     return None
 
 
-async def sit_out(w: "PipelineWorker", i: int) -> None:
-    """Abandon iteration i, wait until we are back, then move to where the swarm is."""
-    try:
-        await _sit_out(w, i)
-    finally:
-        w.isolation.away = False
+class Rejoin:
+    """Joining a stage late, and sitting out a partition and coming back: on the worker's parts."""
 
+    def __init__(self, me: str, isolation: Isolation, seat: StageSeat, ledger: Ledger, inbox: Inbox,
+                 book: ScheduleBook, health: Health, fetcher: StateFetcher,
+                 refresh_schedule: Callable[[], Awaitable[None]] | None):
+        self.me, self.isolation, self.seat, self.ledger, self.inbox = me, isolation, seat, ledger, inbox
+        self.book, self.health, self.fetcher, self.refresh_schedule = book, health, fetcher, refresh_schedule
 
-async def _sit_out(w: "PipelineWorker", i: int) -> None:
-    logger.warning("cut off from the swarm: abandoning iteration %d (no step) until the network is back", i)
-    if w.runner is not None:
-        await w.compute(w.runner.abandon)
-    w.end_iteration(i)
-    await w.isolation.wait(False)
-    # every peer failed us while we were cut off: without this they would stay "unusable" to us
-    # (suspect until a success we would never try), and we would refuse to route through them
-    w.health.forget_failures()
-    known = w.isolation.known_epoch or 0
-    deadline = time.monotonic() + REJOIN_WAIT_S
-    while time.monotonic() < deadline:
-        if w.refresh_schedule is not None:
-            try:
-                await asyncio.wait_for(w.refresh_schedule(), timeout=2.0)
-            except Exception as exc:
-                logger.debug("schedule refresh failed: %s", exc)
-        latest = w.book.latest
-        if latest is not None and latest.epoch > known and w.me in latest.stage_of():
-            await _rejoin_at(w, latest)
-            return
-        await w.book.wait_changed(timeout=2.0)
-    logger.warning("back in touch, but no schedule with us came within %.0fs; going on from iteration %d",
-                   REJOIN_WAIT_S, w.iteration)
+    async def copy_state(self, schedule, stage: int) -> bool:
+        """Late join (and rejoin): our stage's state as a live replica has it before the
+        iteration in hand."""
+        return await self.fetcher.fetch(schedule, stage, self.ledger.iteration)
 
+    async def sit_out(self, i: int) -> None:
+        """Abandon iteration i, wait until we are back, then move to where the swarm is."""
+        try:
+            await self._sit_out(i)
+        finally:
+            self.isolation.away = False
 
-async def _rejoin_at(w: "PipelineWorker", schedule) -> None:
-    w.iteration = max(w.iteration, schedule.start_iteration)
-    stage = schedule.stage_of()[w.me]
-    logger.info("back in the swarm: rejoining at iteration %d (epoch %d)", w.iteration, schedule.epoch)
-    w.isolation.away = False     # take work for that iteration now: it waits in the inbox meanwhile
-    if stage == w.stage and len(pv.replicas(schedule, stage)) > 1:
-        await fetch_state(w, schedule, stage)      # the replicas trained while we were away
-    w.stepped_iteration = w.iteration - 1          # a new stage is set up by the worker loop
+    async def _sit_out(self, i: int) -> None:
+        logger.warning("cut off from the swarm: abandoning iteration %d (no step) until the network is back", i)
+        if self.seat.runner is not None:
+            await self.seat.compute(self.seat.runner.abandon)
+        self.inbox.drop_before(i + 1)
+        self.ledger.end(i)
+        await self.isolation.wait(False)
+        # every peer failed us while we were cut off: without this they would stay "unusable" to us
+        # (suspect until a success we would never try), and we would refuse to route through them
+        self.health.forget_failures()
+        known = self.isolation.known_epoch or 0
+        deadline = time.monotonic() + REJOIN_WAIT_S
+        while time.monotonic() < deadline:
+            if self.refresh_schedule is not None:
+                try:
+                    await asyncio.wait_for(self.refresh_schedule(), timeout=2.0)
+                except Exception as exc:
+                    logger.debug("schedule refresh failed: %s", exc)
+            latest = self.book.latest
+            if latest is not None and latest.epoch > known and self.me in latest.stage_of():
+                await self._rejoin_at(latest)
+                return
+            await self.book.wait_changed(timeout=2.0)
+        logger.warning("back in touch, but no schedule with us came within %.0fs; going on from iteration %d",
+                       REJOIN_WAIT_S, self.ledger.iteration)
+
+    async def _rejoin_at(self, schedule) -> None:
+        ledger, seat = self.ledger, self.seat
+        ledger.iteration = max(ledger.iteration, schedule.start_iteration)
+        stage = schedule.stage_of()[self.me]
+        logger.info("back in the swarm: rejoining at iteration %d (epoch %d)", ledger.iteration, schedule.epoch)
+        self.isolation.away = False     # take work for that iteration now: it waits in the inbox meanwhile
+        if stage == seat.stage and len(pv.replicas(schedule, stage)) > 1:
+            await self.copy_state(schedule, stage)      # the replicas trained meanwhile
+        seat.stepped_iteration = ledger.iteration - 1     # a new stage is set up by the worker loop

@@ -37,6 +37,7 @@ from protocol.spot_checks import SpotCheckRecord, SpotCheckReference, SpotCheckR
 
 from peer.compute import tensor_codec
 from peer.pipeline import plan_view as pv
+from peer.routing.health import Health
 from peer.transport.rpc import RemoteError
 from peer.security.spot_check import DEFAULT_RTOL, SpotSampler, compare_outputs, report
 
@@ -64,11 +65,6 @@ def tolerance(*dtypes: str) -> float:
     return DEFAULT_RTOL if all(d == "float32" for d in dtypes) else HALF_RTOL
 
 
-def next_hop(route: Route, hop: int) -> str:
-    """Who receives the forward output of `hop` (the origin after the last hop)."""
-    return route.hops[hop + 1].peer if hop + 1 < len(route.hops) else route.origin
-
-
 def request_problem(route: Route, hop: int, remote: str, me: str, my_stage: int | None) -> str | None:
     """Why a SpotCheckRequest for `hop` of `route` from `remote` is not ours to answer (None: it is)."""
     if not 1 <= hop < len(route.hops):
@@ -86,7 +82,7 @@ def reference_problem(route: Route, hop: int, remote: str, suspect: str, me: str
     """Why a SpotCheckReference for our forward at `hop` is refused (None: accepted). Only another
     replica of the checked stage may send one, and only about the hop that feeds us."""
     n = len(route.hops)
-    if not 2 <= hop <= n or (route.origin if hop == n else route.hops[hop].peer) != me:
+    if not 2 <= hop <= n or pv.next_hop(route, hop - 1) != me:
         return f"hop {hop} of microbatch {route.microbatch_id} is not a forward we receive after a checked hop"
     checked = route.hops[hop - 1]
     if suspect != checked.peer:
@@ -143,14 +139,17 @@ class Pending:
 class SpotChecks:
     """The worker's spot-check roles: sampler and asker (W), recomputer (P'), comparer (Z)."""
 
-    def __init__(self, worker, rate: float = 0.0, secret: bytes | None = None,
-                 clock: Callable[[], float] = time.monotonic):
-        self.w = worker
+    def __init__(self, me: str, rpc, health: Health, compute: Callable[..., Awaitable[Any]],
+                 spawn: Callable[[Awaitable], Any], rate: float = 0.0, rpc_timeout_s: float = 30.0,
+                 publish: Callable[[SpotCheckRecord], Awaitable[Any]] | None = None,
+                 secret: bytes | None = None, clock: Callable[[], float] = time.monotonic):
+        self.me, self.rpc, self.health, self.rpc_timeout_s = me, rpc, health, rpc_timeout_s
+        self.compute, self.spawn = compute, spawn     # the seat's compute thread, the worker's background
         self.sampler = SpotSampler(rate, secret)
         self.clock = clock
         self.outputs, self.references = Pending(clock=clock), Pending(clock=clock)
         self.reports: collections.deque[SpotCheckReport] = collections.deque(maxlen=REPORTS_KEPT)
-        self.publish: Callable[[SpotCheckRecord], Awaitable[Any]] | None = None   # set by peer/app.py
+        self.publish = publish                  # our reports into the DHT (None: kept here only)
         self.stats: collections.Counter[str] = collections.Counter()
         self._params: tuple[int, Any, int] | None = None    # (iteration, runner, its step count)
         self._params_changed = asyncio.Event()
@@ -180,21 +179,21 @@ class SpotChecks:
         stage = route.hops[header.hop_index].stage
         if not self.sampler.should_check(header.epoch, header.iteration, header.microbatch_id, stage):
             return
-        h = self.w.health
+        h = self.health
         others = [p for p in pv.replicas(schedule, stage)
-                  if p not in (suspect, self.w.me) and p not in h.departed and not h.suspect(p)]
+                  if p not in (suspect, self.me) and p not in h.departed and not h.suspect(p)]
         if not others or self._asking >= MAX_ASKING:
             self.stats["not_asked"] += 1
             return
         self._asking += 1
-        self.w.spawn(self._ask(secrets.choice(others), SpotCheckRequest(header, request.tensor)))
+        self.spawn(self._ask(secrets.choice(others), SpotCheckRequest(header, request.tensor)))
 
     async def _ask(self, checker: str, request: SpotCheckRequest) -> None:
         delay, deadline = 0.1, self.clock() + ASK_RETRY_S
         try:
             while True:
                 try:
-                    await self.w.rpc.call(checker, request, self.w.settings.rpc_timeout_s)
+                    await self.rpc.call(checker, request, self.rpc_timeout_s)
                     self.stats["asked"] += 1
                     return
                 except RemoteError as exc:   # busy with other checks, or a schedule behind: soon again
@@ -222,20 +221,20 @@ class SpotChecks:
         """P' (a validated, admitted request): recompute in the background, send it to Z."""
         self._served.add(key_of(header))
         self._serving += 1
-        self.w.spawn(self._recompute_and_send(route, header, tensor))
+        self.spawn(self._recompute_and_send(route, header, tensor))
 
     async def _recompute_and_send(self, route: Route, header: WorkHeader, tensor: torch.Tensor) -> None:
         hop, mb = header.hop_index, header.microbatch_id
         try:
             params = await self._params_for(header.iteration, route.hops[hop].stage)
-            out = None if params is None else await self.w.compute(params[0].recompute, tensor, params[1])
+            out = None if params is None else await self.compute(params[0].recompute, tensor, params[1])
             if out is None:
                 self.stats["stale"] += 1
                 logger.debug("spot check of microbatch %d: iteration %d's parameters are gone", mb, header.iteration)
                 return
             reference = SpotCheckReference(dataclasses.replace(header, hop_index=hop + 1), route.hops[hop].peer,
                                            tensor_codec.encode(out))
-            await self.w.rpc.call(next_hop(route, hop), reference, self.w.settings.rpc_timeout_s)
+            await self.rpc.call(pv.next_hop(route, hop), reference, self.rpc_timeout_s)
             self.stats["served"] += 1
         except Exception as exc:
             logger.debug("spot check of microbatch %d: recomputing for hop %d failed: %s", mb, hop, exc)
@@ -292,13 +291,13 @@ class SpotChecks:
         return self.sampler.rate > 0 or self.clock() - self._reference_at < LISTEN_S
 
     def _compare(self, header: WorkHeader, output: Half, reference: Half) -> None:
-        self.w.spawn(self._compare_and_report(header, output, reference))
+        self.spawn(self._compare_and_report(header, output, reference))
 
     async def _compare_and_report(self, header: WorkHeader, output: Half, reference: Half) -> None:
         try:
             rtol = tolerance(output.dtype, reference.dtype)
             comparison = await asyncio.to_thread(compare_outputs, output.tensor, reference.tensor, rtol)
-            r = report(comparison, output.peer, self.w.me, header.epoch, header.iteration,
+            r = report(comparison, output.peer, self.me, header.epoch, header.iteration,
                        header.microbatch_id, output.stage)
         except Exception as exc:
             logger.debug("spot check of microbatch %d: comparison failed: %s", header.microbatch_id, exc)
@@ -315,7 +314,7 @@ class SpotChecks:
         self._dirty = True
         if self.publish is not None and not self._publishing:
             self._publishing = True
-            self.w.spawn(self._publish_reports())
+            self.spawn(self._publish_reports())
 
     async def _publish_reports(self) -> None:
         """Our latest reports, one DHT write at a time (reports made meanwhile go in the next)."""
@@ -323,7 +322,7 @@ class SpotChecks:
         try:
             while self._dirty:
                 self._dirty = False
-                record = SpotCheckRecord(self.w.me, tuple(self.reports))
+                record = SpotCheckRecord(self.me, tuple(self.reports))
                 try:
                     await asyncio.wait_for(self.publish(record), PUBLISH_TIMEOUT_S)
                     failures = 0

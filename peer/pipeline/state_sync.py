@@ -10,7 +10,6 @@ it answers from one snapshot, in chunks (replies stay far below the message limi
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -22,12 +21,11 @@ from peer.compute import tensor_codec
 from peer.compute.errors import BadTensor
 from peer.compute.state_transfer import flat_state, load_flat_state, state_size
 from peer.pipeline import plan_view as pv
+from peer.pipeline.seat import StageSeat
+from peer.pipeline.settings import WorkerSettings
 from peer.progress import Progress
 from peer.transport.base import TransportError
-from peer.transport.rpc import RemoteError
-
-if TYPE_CHECKING:
-    from peer.pipeline.worker import PipelineWorker
+from peer.transport.rpc import RemoteError, RpcClient
 
 logger = logging.getLogger(__name__)
 CHUNK_ELEMENTS = 1 << 19          # 2 MiB of float32 per reply
@@ -40,22 +38,22 @@ class NotReady(Exception):
 class StateDonor:
     """Serving side: one snapshot per requested iteration."""
 
-    def __init__(self, worker: "PipelineWorker"):
-        self.w = worker
+    def __init__(self, seat: StageSeat):
+        self.seat = seat
         self._snapshot: tuple[int, torch.Tensor, int, int] | None = None
         self._weights: tuple[int, torch.Tensor, int] | None = None   # (id, parameters, iteration)
         self._weights_id = 0
 
     async def reply(self, req: m.StateRequest) -> m.StateReply:
-        w = self.w
-        if w.runner is None or w.stage != req.stage:
+        seat = self.seat
+        if seat.runner is None or seat.stage != req.stage:
             raise ValueError(f"we do not host stage {req.stage}")
-        if w.stepped_iteration < req.iteration - 1:
-            raise NotReady(f"we finished iteration {w.stepped_iteration}, not yet {req.iteration - 1}")
-        if w.stepped_iteration > req.iteration - 1:
+        if seat.stepped_iteration < req.iteration - 1:
+            raise NotReady(f"we finished iteration {seat.stepped_iteration}, not yet {req.iteration - 1}")
+        if seat.stepped_iteration > req.iteration - 1:
             raise ValueError(f"we are past iteration {req.iteration - 1} already")
         if self._snapshot is None or self._snapshot[0] != req.iteration:
-            vector, steps, adam = await w.compute(flat_state, w.runner)
+            vector, steps, adam = await seat.compute(flat_state, seat.runner)
             self._snapshot = (req.iteration, vector, steps, adam)
         _, vector, steps, adam = self._snapshot
         if req.offset >= vector.numel():
@@ -68,13 +66,14 @@ class StateDonor:
     async def weights(self, req: m.WeightsRequest) -> m.WeightsReply:
         """Export: our stage's parameters from one snapshot (taken on the compute thread, so
         between steps); a newer first request replaces it, and readers of the old one restart."""
-        w = self.w
-        if w.runner is None or w.stage != req.stage:
+        seat = self.seat
+        if seat.runner is None or seat.stage != req.stage:
             raise ValueError(f"we do not host stage {req.stage}")
         if req.snapshot == 0:
             if req.offset:
                 raise ValueError("a new snapshot is read from offset 0")
-            vector, iteration = await w.compute(lambda r: (r.parameter_vector(), w.stepped_iteration), w.runner)
+            vector, iteration = await seat.compute(lambda r: (r.parameter_vector(), seat.stepped_iteration),
+                                                   seat.runner)
             self._weights_id += 1
             self._weights = (self._weights_id, vector, iteration)
         elif self._weights is None or self._weights[0] != req.snapshot:
@@ -83,58 +82,63 @@ class StateDonor:
         if req.offset >= vector.numel():
             raise ValueError(f"offset {req.offset} is past the stage's {vector.numel()} parameters")
         part = vector[req.offset:req.offset + min(req.max_elements, CHUNK_ELEMENTS)]
-        module = w.runner.module
+        module = seat.runner.module
         return m.WeightsReply(req.stage, sid, iteration, module.layer_start, module.layer_end, vector.numel(),
                               req.offset, tensor_codec.encode(part))
 
 
-async def fetch_state(w: "PipelineWorker", schedule: Schedule, stage: int) -> bool:
-    """Joiner side: copy the stage's state from one of its live replicas; False if none
-    could give it before the iteration timeout (logged)."""
-    donors = [p for p in pv.replicas(schedule, stage) if p != w.me]
-    if not donors:
-        return False
-    deadline = time.monotonic() + w.settings.iteration_timeout_s
-    while time.monotonic() < deadline:
-        for donor in donors:
-            try:
-                vector, steps, adam = await _pull(w, donor, stage)
-            except (NotReady, TransportError) as exc:
-                logger.debug("state from %s not available yet: %s", donor[:12], exc)
-                continue
-            except (RemoteError, BadTensor, ValueError) as exc:
-                if isinstance(exc, RemoteError) and exc.code == ErrorCode.OVERLOADED:
+class StateFetcher:
+    """Joiner side: copies the stage's state from one of its live replicas into our seat."""
+
+    def __init__(self, me: str, run: str, rpc: RpcClient, settings: WorkerSettings, seat: StageSeat):
+        self.me, self.run, self.rpc, self.settings, self.seat = me, run, rpc, settings, seat
+
+    async def fetch(self, schedule: Schedule, stage: int, iteration: int) -> bool:
+        """The state as it is after iteration - 1; False if no replica could give it before the
+        iteration timeout (logged)."""
+        donors = [p for p in pv.replicas(schedule, stage) if p != self.me]
+        if not donors:
+            return False
+        deadline = time.monotonic() + self.settings.iteration_timeout_s
+        while time.monotonic() < deadline:
+            for donor in donors:
+                try:
+                    vector, steps, adam = await self._pull(donor, stage, iteration)
+                except (NotReady, TransportError) as exc:
+                    logger.debug("state from %s not available yet: %s", donor[:12], exc)
                     continue
-                logger.warning("state transfer from %s failed: %s", donor[:12], exc)
-                continue
-            await w.compute(load_flat_state, w.runner, vector, steps, adam)
-            logger.info("joined stage %d with the state of replica %s after iteration %d (%d floats, step %d)",
-                        stage, donor[:12], w.iteration - 1, vector.numel(), steps)
-            return True
-        await asyncio.sleep(0.5)
-    logger.error("no replica of stage %d gave us its state; training from our own initialisation", stage)
-    return False
+                except (RemoteError, BadTensor, ValueError) as exc:
+                    if isinstance(exc, RemoteError) and exc.code == ErrorCode.OVERLOADED:
+                        continue
+                    logger.warning("state transfer from %s failed: %s", donor[:12], exc)
+                    continue
+                await self.seat.compute(load_flat_state, self.seat.runner, vector, steps, adam)
+                logger.info("joined stage %d with the state of replica %s after iteration %d (%d floats, step %d)",
+                            stage, donor[:12], iteration - 1, vector.numel(), steps)
+                return True
+            await asyncio.sleep(0.5)
+        logger.error("no replica of stage %d gave us its state; training from our own initialisation", stage)
+        return False
 
-
-async def _pull(w: "PipelineWorker", donor: str, stage: int) -> tuple[torch.Tensor, int, int]:
-    total = state_size(w.runner)
-    out = torch.empty(total, dtype=torch.float32)
-    offset, counters = 0, None
-    progress = Progress(f"copying stage {stage}'s state from {donor[:12]}", total, "MB", logger, scale=4 / 1e6)
-    while offset < total:
-        req = m.StateRequest(w.spec.run, stage, w.iteration, offset, CHUNK_ELEMENTS)
-        reply = await w.rpc.call(donor, req, w.settings.rpc_timeout_s)
-        if not isinstance(reply, m.StateReply):
-            raise ValueError(f"expected a StateReply, got {type(reply).__name__}")
-        if (reply.stage, reply.iteration, reply.total_elements, reply.offset) != (stage, w.iteration, total, offset):
-            raise ValueError("the donor's state does not match our stage layout or request")
-        if counters is not None and counters != (reply.step_count, reply.adam_step):
-            raise ValueError("the donor's state changed during the transfer")
-        counters = (reply.step_count, reply.adam_step)
-        n = min(CHUNK_ELEMENTS, total - offset)
-        part = tensor_codec.decode(reply.tensor, expect_shape=(n,), expect_dtype="float32", what="state chunk")
-        out[offset:offset + n] = part
-        offset += n
-        progress.update(offset)
-    progress.finish()
-    return out, counters[0], counters[1]
+    async def _pull(self, donor: str, stage: int, iteration: int) -> tuple[torch.Tensor, int, int]:
+        total = state_size(self.seat.runner)
+        out = torch.empty(total, dtype=torch.float32)
+        offset, counters = 0, None
+        progress = Progress(f"copying stage {stage}'s state from {donor[:12]}", total, "MB", logger, scale=4 / 1e6)
+        while offset < total:
+            req = m.StateRequest(self.run, stage, iteration, offset, CHUNK_ELEMENTS)
+            reply = await self.rpc.call(donor, req, self.settings.rpc_timeout_s)
+            if not isinstance(reply, m.StateReply):
+                raise ValueError(f"expected a StateReply, got {type(reply).__name__}")
+            if (reply.stage, reply.iteration, reply.total_elements, reply.offset) != (stage, iteration, total, offset):
+                raise ValueError("the donor's state does not match our stage layout or request")
+            if counters is not None and counters != (reply.step_count, reply.adam_step):
+                raise ValueError("the donor's state changed during the transfer")
+            counters = (reply.step_count, reply.adam_step)
+            n = min(CHUNK_ELEMENTS, total - offset)
+            part = tensor_codec.decode(reply.tensor, expect_shape=(n,), expect_dtype="float32", what="state chunk")
+            out[offset:offset + n] = part
+            offset += n
+            progress.update(offset)
+        progress.finish()
+        return out, counters[0], counters[1]

@@ -18,14 +18,15 @@ from enum import Enum
 from typing import Callable
 
 from protocol.schedule import Hop, Route
+from swarmcore.outcomes import Outcome
 from swarmcore.path_rules import MAX_JUMP, jumps_ok  # noqa: F401 - the planner's jump rule, re-exported
 
 
 class Action(Enum):
-    REROUTE = "rerouted"
-    SKIP = "skipped_stage"
-    REISSUE = "reissued"
-    LOST = "lost"
+    REROUTE = Outcome.REROUTED.value
+    SKIP = Outcome.SKIPPED_STAGE.value
+    REISSUE = Outcome.REISSUED.value
+    LOST = Outcome.LOST.value
 
 
 @dataclass(frozen=True)
@@ -130,12 +131,12 @@ def check_route(route: Route, planned: Route, stage_of: dict[str, int], budget: 
     return None
 
 
-def classify(planned: Route, final: Route, reissued: bool) -> str:
+def classify(planned: Route, final: Route, reissued: bool) -> Outcome:
     """How a microbatch ended, for exactly-once accounting (one category each)."""
     if reissued:
-        return Action.REISSUE.value
+        return Outcome.REISSUED
     if len(final.hops) < len(planned.hops):
-        return Action.SKIP.value
+        return Outcome.SKIPPED_STAGE
     if final.hops != planned.hops:
-        return Action.REROUTE.value
-    return "completed"
+        return Outcome.REROUTED
+    return Outcome.COMPLETED

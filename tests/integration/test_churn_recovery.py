@@ -26,7 +26,7 @@ def run(schedule, spec=SPEC, kill=None):
 def counts(workers, origins):
     total: dict[str, int] = {}
     for o in origins:
-        for k, v in workers[o].history[0].counts.items():
+        for k, v in workers[o].ledger.history[0].counts.items():
             total[k] = total.get(k, 0) + v
     return total
 
@@ -40,18 +40,18 @@ def test_killed_middle_replica_every_stage_gets_each_microbatch_once(when):
     assert got["lost"] == 0 and got["rerouted"] >= 1
     assert sum(got.values()) == 4                       # every microbatch ended exactly once
     assert got["completed"] + got["rerouted"] == 4
-    ref_loss = sum(reference[o].history[0].loss_sum for o in ("a0", "b0"))
-    loss = sum(workers[o].history[0].loss_sum for o in ("a0", "b0"))
+    ref_loss = sum(reference[o].ledger.history[0].loss_sum for o in ("a0", "b0"))
+    loss = sum(workers[o].ledger.history[0].loss_sum for o in ("a0", "b0"))
     assert abs(loss - ref_loss) < 1e-4                  # replayed losses equal the originals
     for peer in SIX:
         if peer == "a1":
             continue
-        grad, samples = workers[peer].runner.stepped_with
-        ref_grad, ref_samples = reference[peer].runner.stepped_with
+        grad, samples = workers[peer].seat.runner.stepped_with
+        ref_grad, ref_samples = reference[peer].seat.runner.stepped_with
         # the stage's gradient over all 4 microbatches: none lost, none counted twice
         assert samples == ref_samples == 8, peer
         assert torch.allclose(grad, ref_grad, atol=1e-6, rtol=1e-4), peer
-    assert torch.equal(workers["a2"].runner.parameter_vector(), workers["b2"].runner.parameter_vector())
+    assert torch.equal(workers["a2"].seat.runner.parameter_vector(), workers["b2"].seat.runner.parameter_vector())
 
 
 def test_stage_without_replica_is_skipped_when_the_budget_allows():
@@ -59,13 +59,13 @@ def test_stage_without_replica_is_skipped_when_the_budget_allows():
     spec = m.RunSpec(**{**SPEC.__dict__, "num_stages": 4, "skip_ratio": 0.25, "microbatches_per_origin": 2})
     paths = {0: ["o", "p1", "p2", "p3"], 1: ["o", "p2", "p3"]}
     workers, cache = run(make_schedule("t", stage_of, paths, skip_ratio=0.25), spec, kill={"p2": (0, "FORWARD")})
-    got = workers["o"].history[0].counts
+    got = workers["o"].ledger.history[0].counts
     assert got["lost"] == 0 and got["skipped_stage"] == 2
     expected = 0.0
     for local, order in enumerate([(0, 1, 3), (0, 3)]):  # stage 2 dropped from both routes
         tokens, targets = cache[(0, local, 0, 1)]
         expected += reference_forward(get_config("tiny"), spec.seed, tokens, targets, order, 4).item() * 2
-    assert abs(workers["o"].history[0].loss_sum - expected) < 1e-4
+    assert abs(workers["o"].ledger.history[0].loss_sum - expected) < 1e-4
 
 
 def test_no_replica_and_no_skip_budget_reissues_on_a_fresh_route():
@@ -73,14 +73,14 @@ def test_no_replica_and_no_skip_budget_reissues_on_a_fresh_route():
     spec = m.RunSpec(**{**SPEC.__dict__, "skip_ratio": 1 / 3})
     paths = {0: ["o", "p1"], 1: ["o", "p2"]}
     workers, cache = run(make_schedule("t", stage_of, paths, skip_ratio=1 / 3), spec, kill={"p1": (0, "FORWARD")})
-    got = workers["o"].history[0].counts
+    got = workers["o"].ledger.history[0].counts
     assert got == {"completed": 1, "rerouted": 0, "skipped_stage": 0, "reissued": 1, "lost": 0}
     tokens, targets = cache[(0, 0, 0, 1)]
     reissued = reference_forward(get_config("tiny"), spec.seed, tokens, targets, (0, 2), 3).item() * 2
     tokens, targets = cache[(0, 1, 0, 1)]
     planned = reference_forward(get_config("tiny"), spec.seed, tokens, targets, (0, 2), 3).item() * 2
-    assert abs(workers["o"].history[0].loss_sum - (reissued + planned)) < 1e-4
-    assert workers["p2"].runner.stepped_with[1] == 4     # p2 counted both microbatches once
+    assert abs(workers["o"].ledger.history[0].loss_sum - (reissued + planned)) < 1e-4
+    assert workers["p2"].seat.runner.stepped_with[1] == 4     # p2 counted both microbatches once
 
 
 def test_unrecoverable_microbatches_are_reported_lost_and_the_iteration_ends():
@@ -88,7 +88,7 @@ def test_unrecoverable_microbatches_are_reported_lost_and_the_iteration_ends():
     spec = m.RunSpec(**{**SPEC.__dict__, "num_stages": 2})
     workers, _ = run(make_schedule("t", stage_of, {0: ["o", "p1"], 1: ["o", "p1"]}), spec,
                      kill={"p1": (0, "FORWARD")})
-    outcome = workers["o"].history[0]
+    outcome = workers["o"].ledger.history[0]
     assert outcome.counts["lost"] == 2 and outcome.completed == 0
     assert outcome.samples == 0 and outcome.loss_sum == 0.0   # nothing lost is counted
     assert not outcome.timed_out                              # detected, not waited out

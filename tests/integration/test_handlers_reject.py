@@ -12,7 +12,7 @@ from peer.compute import tensor_codec
 from peer.compute.runner import StageRunner
 from peer.pipeline.handlers import WorkHandlers
 from peer.pipeline.schedule_book import ScheduleBook
-from peer.pipeline.worker import PipelineWorker, WorkerSettings
+from peer.pipeline.worker import PipelineWorker, StageSeat, WorkerSettings
 from peer.transport.memory import MemoryNetwork
 from peer.transport.rpc import RemoteError, RpcClient, RpcServer
 from bench.support.memory_swarm import make_schedule
@@ -27,9 +27,9 @@ def serve_p1(schedule):
     book = ScheduleBook()
     book.add(schedule)
     worker = PipelineWorker("p1", SPEC, RpcClient(network.transport("p1")), book,
-                            make_runner=lambda s: StageRunner.from_spec(SPEC, s), batch=None,
+                            StageSeat(lambda s: StageRunner.from_spec(SPEC, s)),
                             settings=WorkerSettings())
-    worker.runner, worker.stage = StageRunner.from_spec(SPEC, 1), 1
+    worker.seat.runner, worker.seat.stage = StageRunner.from_spec(SPEC, 1), 1
     server = RpcServer()
 
     async def no_refresh():
@@ -87,7 +87,7 @@ def test_valid_forward_is_queued(setup):
 def test_bad_requests_get_specific_errors_and_leave_no_trace(setup, message, code):
     network, worker = setup
     expect_error(network, message, code)
-    assert len(worker.inbox) == 0 and worker.runner.stashed == 0
+    assert len(worker.inbox) == 0 and worker.seat.runner.stashed == 0
 
 
 def test_a_stranger_cannot_inject_activations(setup):
@@ -116,13 +116,13 @@ def test_worker_still_serves_after_bad_input(setup):
 
 def test_gradient_shares_arrive_as_float32_from_float16_and_other_dtypes_are_refused():
     network, worker = serve_p1(make_schedule("t", {"p0": 0, "p1": 1, "p2": 1}, {0: ["p0", "p1"]}, epoch=3))
-    n = worker.runner.num_parameters()
+    n = worker.seat.runner.num_parameters()
     sent = torch.randn(n)
 
     def share(dtype):
         return m.GradientShare("t", 3, 0, 1, 4, tensor_codec.encode(sent.to(dtype)))
     assert isinstance(call(network, "p2", share(torch.float16)), m.GradientShareAck)
-    got = asyncio.run(worker.shares.collect(0, 1, {"p2"}, timeout=1.0))
+    got = asyncio.run(worker.exchange.shares.collect(0, 1, {"p2"}, timeout=1.0))
     assert got["p2"].vector.dtype == torch.float32 and torch.equal(got["p2"].vector, sent.half().float())
     expect_error(network, share(torch.bfloat16), ErrorCode.BAD_TENSOR, sender="p2")
     # a finite share claiming 2**64 - 1 samples (the red team's crash): refused, the peer serves on
@@ -134,13 +134,13 @@ def test_gradient_shares_arrive_as_float32_from_float16_and_other_dtypes_are_ref
 def test_int8_shares_arrive_dequantised_and_malformed_ones_are_refused():
     from peer.pipeline.share_codec import encode_share
     network, worker = serve_p1(make_schedule("t", {"p0": 0, "p1": 1, "p2": 1}, {0: ["p0", "p1"]}, epoch=3))
-    n = worker.runner.num_parameters()
+    n = worker.seat.runner.num_parameters()
     payload, scales, decoded = encode_share(torch.randn(n) * 1e-3, "int8")
 
     def share(scales_payload, iteration=0):
         return m.GradientShare("t", 3, iteration, 1, 4, payload, 0.0, scales_payload)
     assert isinstance(call(network, "p2", share(scales)), m.GradientShareAck)
-    got = asyncio.run(worker.shares.collect(0, 1, {"p2"}, timeout=1.0))
+    got = asyncio.run(worker.exchange.shares.collect(0, 1, {"p2"}, timeout=1.0))
     assert torch.equal(got["p2"].vector, decoded)               # what the sender adds for itself
     expect_error(network, share(None, 1), ErrorCode.BAD_TENSOR, sender="p2")
     inf_scales = tensor_codec.encode(torch.full((scales.shape[0],), float("inf")))

@@ -13,7 +13,7 @@ from peer.compute.runner import StageRunner
 from peer.live_export import LiveExportError, pull_run
 from peer.pipeline.handlers import WorkHandlers
 from peer.pipeline.schedule_book import ScheduleBook
-from peer.pipeline.worker import PipelineWorker, WorkerSettings
+from peer.pipeline.worker import PipelineWorker, StageSeat, WorkerSettings
 from peer.transport.memory import MemoryNetwork
 from peer.transport.rpc import RemoteError, RpcClient, RpcServer
 
@@ -25,14 +25,14 @@ async def live_workers(network, stage_of):
     workers = {}
     for peer, stage in stage_of.items():
         w = PipelineWorker(peer, SPEC, RpcClient(network.transport(peer)), ScheduleBook(),
-                           make_runner=lambda s: StageRunner.from_spec(SPEC, s), batch=None,
+                           StageSeat(lambda s: StageRunner.from_spec(SPEC, s)),
                            settings=WorkerSettings())
-        w.runner, w.stage, w.stepped_iteration = StageRunner.from_spec(SPEC, stage), stage, 6
+        w.seat.runner, w.seat.stage, w.seat.stepped_iteration = StageRunner.from_spec(SPEC, stage), stage, 6
         gen = torch.Generator().manual_seed(stage)
-        for p in w.runner.module.parameters():          # trained away from the seeded init
+        for p in w.seat.runner.module.parameters():          # trained away from the seeded init
             p.grad = torch.randn(p.shape, generator=gen)
-        w.runner.samples_this_step = 1
-        w.runner.step()
+        w.seat.runner.samples_this_step = 1
+        w.seat.runner.step()
         server = RpcServer()
 
         async def no_refresh():
@@ -52,11 +52,11 @@ async def test_every_stage_is_pulled_from_a_live_replica_and_matches_it():
     assert iterations == [6, 6, 6]
     for s, peer in enumerate("abc"):
         assert torch.equal(torch.cat([p.reshape(-1) for p in stages[s].parameters()]),
-                           workers[peer].runner.parameter_vector())
+                           workers[peer].seat.runner.parameter_vector())
     ref = Decoder(spec_config(SPEC), seed=0)
     state = {}
     for w in workers.values():
-        state.update(w.runner.module.global_state_dict())
+        state.update(w.seat.runner.module.global_state_dict())
     ref.load_state_dict({n.replace("layers.", "layers.blocks.", 1) if n.startswith("layers.") else n: t
                          for n, t in state.items()})
     tokens = torch.randint(0, 257, (1, 12))
@@ -66,7 +66,7 @@ async def test_every_stage_is_pulled_from_a_live_replica_and_matches_it():
             hidden = st(hidden)
         assert torch.allclose(stages[0].logits(hidden), ref(tokens)[0], atol=1e-6)
     for w in workers.values():
-        w.executor.shutdown(wait=False)
+        w.seat.executor.shutdown(wait=False)
 
 
 async def test_missing_stage_and_stale_snapshot_are_clear_errors():
@@ -81,5 +81,5 @@ async def test_missing_stage_and_stale_snapshot_are_clear_errors():
         await client.call("a", m.WeightsRequest("live", 0, snapshot=7, offset=0), 5.0)
     assert err.value.code == ErrorCode.WRONG_STAGE and "gone" in str(err.value)
     for w in workers.values():
-        w.executor.shutdown(wait=False)
+        w.seat.executor.shutdown(wait=False)
     await asyncio.sleep(0)

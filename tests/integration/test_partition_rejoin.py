@@ -32,13 +32,13 @@ async def scenario():
         if i == CUT_AT and kind == "FORWARD" and not b.isolation.cut_off:
             network.cut.add("b")
             b.isolation.set(True, schedule.epoch)
-    b.fault_hook = cut_mid_forward
+    b.hooks.fault = cut_mid_forward
     runs = {p: asyncio.create_task(w.run()) for p, w in workers.items()}
-    await wait_until(lambda: len(workers["o"].history) >= CUT_AT + 2, 60)
+    await wait_until(lambda: len(workers["o"].ledger.history) >= CUT_AT + 2, 60)
     assert b.isolation.cut_off
     network.cut.discard("b")                              # the heal; b is back but must rejoin first
     b.isolation.set(False, 0)
-    start = workers["o"].iteration + 2                    # read and published with no await between
+    start = workers["o"].ledger.iteration + 2                    # read and published with no await between
     assert start < SPEC.max_steps, "the swarm ran past the re-plan before the test could publish it"
     replan = dataclasses.replace(make_schedule("t", STAGE_OF, PATHS, epoch=2), start_iteration=start)
     for w in workers.values():
@@ -49,16 +49,16 @@ async def scenario():
 
 def test_a_cut_off_replica_is_routed_around_then_rejoins_with_the_replicas_state():
     workers, start = asyncio.run(scenario())
-    origin = workers["o"].history
+    origin = workers["o"].ledger.history
     assert [o.iteration for o in origin] == list(range(SPEC.max_steps))
     for o in origin:                                      # every microbatch ended exactly once
         assert sum(o.counts.values()) == 2 and o.counts["lost"] == 0, (o.iteration, o.counts)
     assert origin[CUT_AT].counts["rerouted"] >= 1         # b's microbatch went through a instead
     b = workers["b"]
     # b abandoned the iteration it was cut off in and trained nothing until the re-plan
-    assert [o.iteration for o in b.history] == list(range(CUT_AT)) + list(range(start, SPEC.max_steps))
+    assert [o.iteration for o in b.ledger.history] == list(range(CUT_AT)) + list(range(start, SPEC.max_steps))
     assert start < SPEC.max_steps
     assert not b.isolation.away
     # it took a's state when it rejoined, and the two have averaged identically since
-    assert torch.equal(workers["a"].runner.parameter_vector(), b.runner.parameter_vector())
-    assert workers["a"].runner.step_count == b.runner.step_count
+    assert torch.equal(workers["a"].seat.runner.parameter_vector(), b.seat.runner.parameter_vector())
+    assert workers["a"].seat.runner.step_count == b.seat.runner.step_count

@@ -44,11 +44,11 @@ def test_full_pipeline_matches_single_process():
         (loss * tokens.shape[0]).backward()
         total_loss += loss.item() * tokens.shape[0]
         samples += tokens.shape[0]
-    outcome = workers["p0"].history[0]
+    outcome = workers["p0"].ledger.history[0]
     assert outcome.completed == 2 and outcome.lost == 0
     assert abs(outcome.loss_sum - total_loss) < 1e-4
     for peer, stage in stage_of.items():
-        grad, seen = workers[peer].runner.stepped_with
+        grad, seen = workers[peer].seat.runner.stepped_with
         assert seen == samples
         assert torch.allclose(grad, stage_grads_from_full(model, stage), atol=1e-6, rtol=1e-4), peer
 
@@ -64,12 +64,12 @@ def test_skipped_and_reordered_routes_match_their_stage_order():
         tokens, targets = cache[(0, local, 0, 1)]
         order = [stage_of[p] for p in paths[mb]]
         expected += reference_forward(get_config("tiny"), spec.seed, tokens, targets, order, 4).item() * 2
-    outcome = workers["p0"].history[0]
+    outcome = workers["p0"].ledger.history[0]
     assert outcome.completed == 3
     assert abs(outcome.loss_sum - expected) < 1e-4
     # p2 saw one microbatch (2 samples), p3 two (4 samples): normalised by what visited them
-    assert workers["p2"].runner.stepped_with[1] == 2
-    assert workers["p3"].runner.stepped_with[1] == 4
+    assert workers["p2"].seat.runner.stepped_with[1] == 2
+    assert workers["p3"].seat.runner.stepped_with[1] == 4
 
 
 @pytest.mark.parametrize("share_dtype", ["float32", "float16", "int8"])
@@ -79,5 +79,5 @@ def test_replicas_average_to_identical_parameters(share_dtype):
     spec = m.RunSpec(**{**SPEC.__dict__, "num_stages": 2})
     workers, _ = run(make_schedule("t", stage_of, paths), spec, share_dtype)
     for a, b in (("a0", "b0"), ("a1", "b1")):
-        assert torch.equal(workers[a].runner.parameter_vector(), workers[b].runner.parameter_vector())
-        assert workers[a].runner.stepped_with[1] == 8  # all 8 samples, summed over replicas
+        assert torch.equal(workers[a].seat.runner.parameter_vector(), workers[b].seat.runner.parameter_vector())
+        assert workers[a].seat.runner.stepped_with[1] == 8  # all 8 samples, summed over replicas

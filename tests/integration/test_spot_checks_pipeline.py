@@ -33,7 +33,7 @@ def run(rate: float, cheat: str = ""):
                 records[peer] = record
             w.spot.publish = publish
         if cheat:
-            workers["p"].make_runner = corrupting(workers["p"].make_runner, parse_faults(cheat))
+            workers["p"].seat.make_runner = corrupting(workers["p"].seat.make_runner, parse_faults(cheat))
         await asyncio.wait_for(asyncio.gather(*(w.run() for w in workers.values())), 60)
         return workers, records
     return asyncio.run(scenario())
@@ -60,8 +60,8 @@ def test_a_replica_sending_wrong_activations_is_reported_and_banned():
     assert set(bans.banned) == {"p"}
     assert bans.counts["failed"] == len(failed)
     # best effort, never in the way: every microbatch of every iteration still completed
-    assert [o.completed for o in workers["o"].history] == [4, 4, 4]
-    assert all(w.runner.stashed == 0 for w in workers.values())
+    assert [o.completed for o in workers["o"].ledger.history] == [4, 4, 4]
+    assert all(w.seat.runner.stashed == 0 for w in workers.values())
 
 
 def test_an_honest_swarm_with_checks_on_reports_only_passes_and_trains_the_same():
@@ -74,7 +74,8 @@ def test_an_honest_swarm_with_checks_on_reports_only_passes_and_trains_the_same(
     assert none == {}
     # checking changes nothing the training computes (up to the order gradients add up in)
     for peer in STAGE_OF:
-        assert torch.allclose(checked[peer].runner.parameter_vector(), plain[peer].runner.parameter_vector(),
+        assert torch.allclose(checked[peer].seat.runner.parameter_vector(), plain[peer].seat.runner.parameter_vector(),
                               rtol=0, atol=1e-6), peer
-    assert [o.completed for o in checked["o"].history] == [4, 4, 4]
-    assert [o.loss_sum for o in checked["o"].history] == pytest.approx([o.loss_sum for o in plain["o"].history])
+    assert [o.completed for o in checked["o"].ledger.history] == [4, 4, 4]
+    assert [o.loss_sum for o in checked["o"].ledger.history] == \
+        pytest.approx([o.loss_sum for o in plain["o"].ledger.history])

@@ -19,7 +19,7 @@ from peer.compute import tensor_codec
 from peer.compute.runner import StageRunner
 from peer.pipeline.handlers import WorkHandlers
 from peer.pipeline.schedule_book import ScheduleBook
-from peer.pipeline.worker import PipelineWorker, WorkerSettings
+from peer.pipeline.worker import PipelineWorker, StageSeat, WorkerSettings
 from peer.security.limits import Admission, Limits
 from peer.transport.hivemind_p2p import HivemindTransport
 from peer.transport.rpc import RpcClient, RpcServer
@@ -52,9 +52,9 @@ class Target:
         book.add(make_schedule("t", {them: 0, me: 1}, {0: [them, me]}, epoch=3))
         self.transport = HivemindTransport(self.server_p2p, item_timeout=2.0)
         self.worker = PipelineWorker(me, SPEC, RpcClient(self.transport), book,
-                                     make_runner=lambda s: StageRunner.from_spec(SPEC, s), batch=None,
+                                     StageSeat(lambda s: StageRunner.from_spec(SPEC, s)),
                                      settings=WorkerSettings())
-        self.worker.runner, self.worker.stage = StageRunner.from_spec(SPEC, 1), 1
+        self.worker.seat.runner, self.worker.seat.stage = StageRunner.from_spec(SPEC, 1), 1
         self.server = RpcServer(max_tensor_bytes=8 << 20, admission=Admission(
             Limits(rate_per_s=10_000, burst=10_000, request_deadline_s=3.0, stream_bytes_budget=16 << 20)))
 
@@ -143,7 +143,7 @@ def test_every_rogue_request_kind(target, seed):
 
 def test_after_the_fuzzing_the_peer_is_clean_and_serves(target):
     target.assert_alive()
-    assert len(target.worker.inbox) == 0 and target.worker.runner.stashed == 0
+    assert len(target.worker.inbox) == 0 and target.worker.seat.runner.stashed == 0
     # a well-formed forward from the scheduled previous hop is still accepted
     request = m.ForwardRequest(m.WorkHeader("t", 3, 0, 0, 1), tensor_codec.encode(torch.randn(2, 8, 64)))
     reply = target.send(RpcClient(None).frames_for(request))

@@ -250,5 +250,3 @@ def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
             visit(node)
     return cycles
 
-
-# The pipeline worker's collaborators still reach each other (under TYPE_CHECKING); issue 22's

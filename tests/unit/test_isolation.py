@@ -37,9 +37,11 @@ class Rpc:
 
 
 def monitor():
-    worker = SimpleNamespace(health=Health(), isolation=Isolation(), book=ScheduleBook(), current=None)
+    worker = SimpleNamespace(health=Health(), isolation=Isolation(), book=ScheduleBook(),
+                             ledger=SimpleNamespace(current=None))     # the parts the monitor shares
     records, rpc = Records(), Rpc()
-    return IsolationMonitor(worker, records, rpc, "me", announce_period_s=0.05), worker, records, rpc
+    return IsolationMonitor(worker.isolation, worker.health, worker.ledger, worker.book, records, rpc, "me",
+                            announce_period_s=0.05), worker, records, rpc
 
 
 async def checks(mon, seconds: float):

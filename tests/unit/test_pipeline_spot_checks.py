@@ -11,6 +11,7 @@ from protocol.spot_checks import SpotCheckReference, SpotCheckRequest
 
 from peer.compute import tensor_codec
 from peer.compute.runner import StageRunner
+from peer.pipeline import plan_view as pv
 from peer.pipeline import spot_checks as sc
 from peer.pipeline.worker import WorkerSettings
 from peer.routing.health import Health
@@ -45,6 +46,11 @@ class FakeRpc:
             self.busy -= 1
             raise RemoteError(peer, m.ErrorReply(ErrorCode.OVERLOADED, "busy"))
         return m.ForwardReply(message.header)
+
+
+def spot_checks(w, rate, **kw):
+    """SpotChecks on the fake's parts: identity, rpc, health, the compute thread, background tasks."""
+    return sc.SpotChecks(w.me, w.rpc, w.health, w.compute, w.spawn, rate, w.settings.rpc_timeout_s, **kw)
 
 
 class FakeWorker:
@@ -83,7 +89,7 @@ def test_who_may_ask_for_and_send_a_reference():
     assert "not a forward we receive" in sc.reference_problem(ROUTE, 1, "q", "o", "p", replicas)
     # the last hop's output goes to the origin's head (hop n)
     assert sc.reference_problem(HEAD_ROUTE, 3, "q", "p", "o", replicas) is None
-    assert sc.next_hop(HEAD_ROUTE, 2) == "o" and sc.next_hop(ROUTE, 1) == "z"
+    assert pv.next_hop(HEAD_ROUTE, 2) == "o" and pv.next_hop(ROUTE, 1) == "z"
 
 
 def test_pending_is_bounded_in_number_and_age():
@@ -109,7 +115,7 @@ def test_tolerance_is_looser_for_16_bit_values():
 def comparer(rate=1.0):
     clock = Clock()
     w = FakeWorker("z")
-    spot = sc.SpotChecks(w, rate, clock=clock)
+    spot = spot_checks(w, rate, clock=clock)
     published = []
 
     async def publish(record):
@@ -173,7 +179,7 @@ def test_without_own_rate_outputs_are_kept_only_once_references_arrive():
 def test_the_previous_hop_asks_another_live_replica_of_sampled_forwards():
     async def scenario():
         w = FakeWorker("o")
-        spot = sc.SpotChecks(w, 1.0)
+        spot = spot_checks(w, 1.0)
         payload = tensor_codec.encode(torch.randn(2, 8, 64))
         forward = m.ForwardRequest(header(), payload)
         w.health.set_departed({"r"})
@@ -184,7 +190,7 @@ def test_the_previous_hop_asks_another_live_replica_of_sampled_forwards():
         assert w.rpc.calls[0][1].tensor is payload and w.rpc.calls[0][1].header == forward.header
         w.health.set_departed({"q", "r"})
         spot.maybe_check(SCHEDULE, ROUTE, forward, "p")                                 # no one left to ask
-        off = sc.SpotChecks(w, 0.0)
+        off = spot_checks(w, 0.0)
         off.maybe_check(SCHEDULE, ROUTE, forward, "p")
         await w.settle()
         return w, spot
@@ -196,7 +202,7 @@ def test_a_busy_second_replica_is_asked_again_briefly():
     async def scenario(busy):
         w = FakeWorker("o")
         w.rpc = FakeRpc(busy=busy)
-        spot = sc.SpotChecks(w, 1.0)
+        spot = spot_checks(w, 1.0)
         spot.maybe_check(SCHEDULE, ROUTE, m.ForwardRequest(header(), tensor_codec.encode(torch.zeros(2, 8, 64))), "p")
         await w.settle()
         return len(w.rpc.calls), spot.stats["asked"]
@@ -220,7 +226,7 @@ def test_recompute_uses_the_iterations_parameters_and_stashes_nothing():
 def test_the_second_replica_waits_for_the_iteration_then_sends_the_reference_on():
     async def scenario():
         w = FakeWorker("q")
-        spot = sc.SpotChecks(w, 0.0)
+        spot = spot_checks(w, 0.0)
         runner = StageRunner.from_spec(SPEC, 1)
         spot.begin_iteration(0, runner)
         x = torch.randn(2, 8, 64)

@@ -86,10 +86,11 @@ def test_a_waiting_peers_status_line_says_why():
     from types import SimpleNamespace
     from peer.pipeline.schedule_book import ScheduleBook
     from peer.status import status_line
-    worker = SimpleNamespace(stage=None, history=[], iteration=0, inbox=[], runner=None, me="12D3KooWMe",
-                             isolation=SimpleNamespace(cut_off=False), book=ScheduleBook())
+    worker = SimpleNamespace(seat=SimpleNamespace(stage=None, runner=None),
+                             ledger=SimpleNamespace(history=[], iteration=0),
+                             inbox=[], me="12D3KooWMe", isolation=SimpleNamespace(cut_off=False), book=ScheduleBook())
     assert "stage=- waiting: no schedule yet iteration=0" in status_line(worker, worker.me, "ONLINE")
     worker.book = SimpleNamespace(latest=SimpleNamespace(epoch=3, stage_of=lambda: {"12D3KooWOther": 0}))
     assert "waiting: not in schedule epoch 3 yet" in status_line(worker, worker.me, "ONLINE")
-    worker.stage = 1
+    worker.seat.stage = 1
     assert "waiting" not in status_line(worker, worker.me, "ONLINE")

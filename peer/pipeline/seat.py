@@ -1,0 +1,55 @@
+"""The stage this peer hosts: its runner, the one compute thread it runs on, its checkpoints,
+and how far its parameters have stepped. The worker, averaging, state sync, rejoin and spot
+checks compute through it; none of them needs the worker for that."""
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+from peer.compute.runner import StageRunner
+from peer.pipeline.checkpoint import CheckpointStore
+
+logger = logging.getLogger(__name__)
+RunnerFactory = Callable[[int], StageRunner]
+
+
+class StageSeat:
+    def __init__(self, make_runner: RunnerFactory, checkpoints: CheckpointStore | None = None,
+                 slowdown: float = 1.0):
+        self.make_runner = make_runner
+        self.checkpoints = checkpoints
+        self.slowdown = slowdown              # an emulated slower device: compute takes x slowdown
+        self.runner: StageRunner | None = None
+        self.stage: int | None = None
+        self.stepped_iteration = -1           # the last iteration whose step is done
+        # one thread: compute stays off the event loop (heartbeats keep flowing) and in order
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compute")
+
+    async def compute(self, fn: Callable, *args) -> Any:
+        started = time.monotonic()
+        result = await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+        if self.slowdown > 1.0:  # an emulated slow device (chaos "stall"); the loop stays live
+            await asyncio.sleep((self.slowdown - 1.0) * (time.monotonic() - started))
+        return result
+
+    def set_slowdown(self, factor: float) -> None:
+        self.slowdown = factor
+
+    async def take(self, stage: int) -> int | None:
+        """Host `stage` afresh; the iteration its checkpoint finished (None: no checkpoint)."""
+        self.runner = await self.compute(self.make_runner, stage)
+        self.stage = stage
+        if self.checkpoints is None:
+            return None
+        return await self.compute(self.checkpoints.load, self.runner, stage)
+
+    async def checkpoint(self, iteration: int, data_cursor: dict | None) -> None:
+        """Save after `iteration` if one is due: only the snapshot is on the compute thread, a
+        writer thread does the disk."""
+        await self.compute(self.checkpoints.snapshot, self.runner, self.stage, iteration, data_cursor)
+
+    def close(self) -> None:
+        if self.checkpoints is not None and not self.checkpoints.flush(timeout_s=60):
+            logger.error("the last checkpoint was still being written at shutdown")
+        self.executor.shutdown(wait=False, cancel_futures=True)

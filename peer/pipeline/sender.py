@@ -1,0 +1,115 @@
+"""Sending a task's result on, with retries: to the next hop of the route a microbatch takes,
+or to ourselves when we are that hop. A forward that the next hop cannot take is reported to
+the caller (Undeliverable), who decides what recovery does; the sender only sends."""
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+import torch
+
+from protocol import messages as m
+from protocol.errors import ErrorCode
+from protocol.schedule import Phase, Route, Schedule
+
+from peer.compute import tensor_codec
+from peer.pipeline import plan_view as pv
+from peer.pipeline.flights import IterationState, Work
+from peer.pipeline.background import Background
+from peer.pipeline.inbox import Inbox
+from peer.pipeline.ledger import Ledger
+from peer.pipeline.settings import WorkerSettings
+from peer.pipeline.spot_checks import SpotChecks
+from peer.routing.health import Health
+from peer.transport.base import TransportError
+from peer.transport.rpc import RemoteError, RpcClient
+
+logger = logging.getLogger(__name__)
+RETRYABLE = {ErrorCode.OVERLOADED, ErrorCode.STALE_SCHEDULE}
+
+
+@dataclass(frozen=True)
+class Undeliverable:
+    """A forward to a middle hop that `peer` did not take: another route may."""
+
+    peer: str
+
+
+class Sender:
+    def __init__(self, me: str, run: str, rpc: RpcClient, health: Health, settings: WorkerSettings,
+                 ledger: Ledger, inbox: Inbox, spot: SpotChecks, tasks: Background):
+        self.me, self.run, self.rpc, self.health, self.settings = me, run, rpc, health, settings
+        self.ledger, self.inbox, self.spot, self.tasks = ledger, inbox, spot, tasks
+
+    async def send_output(self, i: int, schedule: Schedule, route: Route, task: pv.TaskKey,
+                          tensor: torch.Tensor, attempt: int) -> Undeliverable | None:
+        """Send a task's result to the next hop of `route`; Undeliverable when it is a forward
+        that peer did not take (the head and backwards have nowhere else to go)."""
+        dest = pv.destination(route, task)
+        if dest is None:
+            return None
+        mb = route.microbatch_id
+        nxt = pv.task_for_request(route, dest.peer, dest.phase, dest.hop_index)
+        if dest.peer == self.me:  # e.g. a route that visits stage 0 only
+            await self.inbox.put(i, nxt, Work(tensor, route, attempt, self.me))
+            return None
+        planned = schedule.route(mb)
+        header = m.WorkHeader(self.run, schedule.epoch, i, mb, dest.hop_index, attempt,
+                              None if route == planned else route)
+        # a forward to a middle hop can go elsewhere; the head (at the origin) and backwards
+        # cannot, so those keep trying a suspect peer until the send deadline
+        recoverable = dest.phase == Phase.FORWARD and dest.hop_index < len(route.hops)
+        if recoverable and self.health.suspect(dest.peer):
+            ok = False  # known dead: do not wait for it to fail again
+        else:
+            payload = tensor_codec.encode(tensor)
+            request = (m.ForwardRequest if dest.phase == Phase.FORWARD else m.BackwardRequest)(header, payload)
+            self.spot.maybe_check(schedule, route, request, dest.peer)  # sampled: recomputed elsewhere
+            ok = await self.send_with_retries(dest.peer, request, f"microbatch {mb} {nxt.kind.name}",
+                                              give_up_when_suspect=recoverable)
+        return Undeliverable(dest.peer) if not ok and recoverable else None
+
+    async def send_with_retries(self, peer: str, request, what: str, deadline_s: float | None = None,
+                                give_up_when_suspect: bool = True) -> bool:
+        """Deliver `request`, retrying back-pressure and transport errors (capped backoff)
+        until the deadline (or until `peer` is suspect, when there is somewhere else to go);
+        False (logged) if it never got in."""
+        delay, attempts = 0.05, 0
+        deadline = time.monotonic() + (deadline_s or self.settings.send_deadline_s)
+        while True:
+            attempts += 1
+            try:
+                await self.rpc.call(peer, request, self.settings.rpc_timeout_s)
+                self.health.record_success(peer)
+                return True
+            except RemoteError as exc:
+                if exc.code == ErrorCode.DUPLICATE:
+                    return True  # an earlier try got through
+                if exc.code not in RETRYABLE:
+                    logger.warning("%s rejected by %s: %s", what, peer[:12], exc)
+                    return False
+                problem = str(exc)
+            except TransportError as exc:
+                problem = str(exc)
+                self.health.record_failure(peer, self.replicas_of_peer(peer))
+            gone = peer in self.health.departed or (give_up_when_suspect and self.health.suspect(peer))
+            if gone or time.monotonic() + delay > deadline:
+                break
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+        logger.warning("%s: giving up on %s after %d attempt(s) (%s)", what, peer[:12], attempts, problem)
+        return False
+
+    def replicas_of_peer(self, peer: str) -> list[str]:
+        """The replicas of `peer`'s stage in the running schedule (health never bans the last)."""
+        schedule = self.ledger.current
+        if schedule is None or peer not in schedule.stage_of():
+            return []
+        return pv.replicas(schedule, schedule.stage_of()[peer])
+
+    def announce_done(self, i: int, schedule: Schedule, st: IterationState) -> None:
+        """Origin: tell every other peer of the schedule that our microbatches of i ended."""
+        done = m.IterationDone(self.run, schedule.epoch, i, m.MicrobatchCounts(**st.counts()))
+        others = [p for p in schedule.stage_of() if p != self.me and p not in self.health.departed]
+        for peer in others:  # in the background; a peer that misses it would wait the iteration out
+            self.tasks.spawn(self.send_with_retries(peer, done, f"iteration {i} done", give_up_when_suspect=False))
