@@ -30,6 +30,8 @@ from peer.pipeline.ledger import Ledger
 from peer.pipeline.seat import StageSeat
 from peer.pipeline.sender import Sender
 from peer.pipeline.settings import WorkerSettings
+from peer.pipeline.robust_shares import FACTOR as OUTLIER_FACTOR
+from peer.pipeline.robust_shares import outliers
 from peer.pipeline.share_codec import encode_share
 
 logger = logging.getLogger(__name__)
@@ -174,6 +176,7 @@ class GradientExchange:
         self.me, self.run, self.settings = me, run, settings
         self.seat, self.ledger, self.health = seat, ledger, sender.health
         self.shares = ShareBox()
+        self.left_out: set[str] = set()      # replicas whose shares robust_shares.outliers left out
         self.deliveries = ShareDeliveries(
             lambda peer, share: sender.send_with_retries(peer, share, f"gradient share {share.iteration}"),
             self.shares)
@@ -198,7 +201,15 @@ class GradientExchange:
                                                 gone=lambda p: outbound.gone(p, self.health.suspect(p)))
             finally:
                 self.ledger.awaiting_shares = set()
-            result = combine({**got, self.me: mine}, [self.me, *others])
+            contributions = {**got, self.me: mine}
+            poisoned = await seat.compute(outliers, {p: (c.vector, c.samples) for p, c in contributions.items()},
+                                          self.me)
+            if poisoned:
+                logger.warning("iteration %d: left out the gradient share(s) of %s: per-sample norm over %gx the "
+                               "replicas' typical one (a broken or poisoned replica)", i,
+                               [p[:12] for p in sorted(poisoned)], OUTLIER_FACTOR)
+                self.left_out.update(poisoned)
+            result = combine({p: c for p, c in contributions.items() if p not in poisoned}, [self.me, *others])
             if result.missing:
                 logger.warning("iteration %d: no gradients from replica(s) %s; averaging without them",
                                i, [p[:12] for p in result.missing])

@@ -87,6 +87,21 @@ class StateDonor:
                               req.offset, tensor_codec.encode(part))
 
 
+State = tuple[torch.Tensor, int, int]          # (flat state, step count, AdamW step)
+
+
+def agreed_state(states: dict[str, State]) -> tuple[str, State] | None:
+    """A state that two replicas gave bit for bit (replicas of a stage are identical), with
+    one donor that gave it; None while no two agree."""
+    donors = sorted(states)
+    for i, a in enumerate(donors):
+        for b in donors[i + 1:]:
+            (va, sa, aa), (vb, sb, ab) = states[a], states[b]
+            if (sa, aa) == (sb, ab) and torch.equal(va, vb):
+                return a, states[a]
+    return None
+
+
 class StateFetcher:
     """Joiner side: copies the stage's state from one of its live replicas into our seat."""
 
@@ -95,30 +110,54 @@ class StateFetcher:
 
     async def fetch(self, schedule: Schedule, stage: int, iteration: int) -> bool:
         """The state as it is after iteration - 1; False if no replica could give it before the
-        iteration timeout (logged)."""
+        iteration timeout (logged). Taken only when two replicas gave the same state (one that
+        noised its copy is outvoted), or, with one replica left or after half the timeout with
+        one answer, from that one (logged as unverified); a state that fails the checks of
+        load_flat_state (non-finite values, negative second moments, ...) is refused."""
         donors = [p for p in pv.replicas(schedule, stage) if p != self.me]
         if not donors:
             return False
-        deadline = time.monotonic() + self.settings.iteration_timeout_s
+        started = time.monotonic()
+        deadline = started + self.settings.iteration_timeout_s
+        got: dict[str, State] = {}
         while time.monotonic() < deadline:
-            for donor in donors:
+            for donor in [d for d in donors if d not in got]:
+                state = await self._try_pull(donor, stage, iteration)
+                if state is not None:
+                    got[donor] = state
+            chosen = agreed_state(got)
+            alone = len(got) == 1 and (len(donors) == 1 or time.monotonic() - started > self.settings.iteration_timeout_s / 2)
+            if chosen is None and alone:
+                chosen = next(iter(got.items()))
+                logger.warning("stage %d's state from %s alone: no second replica could confirm it", stage,
+                               chosen[0][:12])
+            if chosen is not None:
+                donor, (vector, steps, adam) = chosen
                 try:
-                    vector, steps, adam = await self._pull(donor, stage, iteration)
-                except (NotReady, TransportError) as exc:
-                    logger.debug("state from %s not available yet: %s", donor[:12], exc)
+                    await self.seat.compute(load_flat_state, self.seat.runner, vector, steps, adam)
+                except ValueError as exc:
+                    logger.warning("refused the state of stage %d from %s: %s", stage, donor[:12], exc)
+                    donors = [d for d in donors if d != donor]
+                    got = {d: s for d, s in got.items() if d != donor}
                     continue
-                except (RemoteError, BadTensor, ValueError) as exc:
-                    if isinstance(exc, RemoteError) and exc.code == ErrorCode.OVERLOADED:
-                        continue
-                    logger.warning("state transfer from %s failed: %s", donor[:12], exc)
-                    continue
-                await self.seat.compute(load_flat_state, self.seat.runner, vector, steps, adam)
                 logger.info("joined stage %d with the state of replica %s after iteration %d (%d floats, step %d)",
                             stage, donor[:12], iteration - 1, vector.numel(), steps)
                 return True
+            if not donors:
+                break
             await asyncio.sleep(0.5)
         logger.error("no replica of stage %d gave us its state; training from our own initialisation", stage)
         return False
+
+    async def _try_pull(self, donor: str, stage: int, iteration: int) -> "State | None":
+        try:
+            return await self._pull(donor, stage, iteration)
+        except (NotReady, TransportError) as exc:
+            logger.debug("state from %s not available yet: %s", donor[:12], exc)
+        except (RemoteError, BadTensor, ValueError) as exc:
+            if not (isinstance(exc, RemoteError) and exc.code == ErrorCode.OVERLOADED):
+                logger.warning("state transfer from %s failed: %s", donor[:12], exc)
+        return None
 
     async def _pull(self, donor: str, stage: int, iteration: int) -> tuple[torch.Tensor, int, int]:
         total = state_size(self.seat.runner)

@@ -33,6 +33,7 @@ from peer.pipeline.flights import Flight, IterationOutcome, IterationState, Orig
 from peer.pipeline.inbox import Inbox
 from peer.pipeline.ledger import Ledger
 from peer.pipeline.recovery import Recovery
+from peer.pipeline.reservations import ForwardReservations
 from peer.pipeline.rejoin import Isolation, Rejoin, unless_cut_off
 from peer.pipeline.schedule_book import BoundaryRead, ScheduleBook
 from peer.pipeline.seat import RunnerFactory, StageSeat
@@ -194,8 +195,10 @@ class PipelineWorker:
         planned = pv.priorities(schedule, self.me)
         deadline = time.monotonic() + self.settings.iteration_timeout_s
 
+        reservations = ForwardReservations(planned)     # the one order rule (coordinator/planner/simulate.py)
+
         def allowed(task: pv.TaskKey) -> bool:
-            return not task.kind.is_forward or self.seat.runner.stashed < self.settings.max_activations
+            return reservations.allows(task, self.seat.runner.stashed, self.settings.max_activations)
 
         while not self.iteration_over(st, schedule):
             left = deadline - time.monotonic()
@@ -205,6 +208,7 @@ class PipelineWorker:
                 break
             got = await self.inbox.take(i, allowed, lambda t: pv.priority_of(t, planned), min(left, 0.25))
             if got is not None:
+                reservations.started(got[0])
                 await self._run_task(i, schedule, st, got[0], got[1], outcome)
 
     def _give_up(self, i: int, st: IterationState) -> None:

@@ -81,3 +81,30 @@ def test_replicas_average_to_identical_parameters(share_dtype):
     for a, b in (("a0", "b0"), ("a1", "b1")):
         assert torch.equal(workers[a].seat.runner.parameter_vector(), workers[b].seat.runner.parameter_vector())
         assert workers[a].seat.runner.stepped_with[1] == 8  # all 8 samples, summed over replicas
+
+
+def test_a_poisoned_gradient_share_is_left_out_and_the_honest_replicas_stay_identical():
+    # issue 24: finite poisoned shares (1e3 x the gradient) drove an honest replica's loss from
+    # 0.003 to 2.7. Three replicas of stage 1; c1 poisons what it shares
+    from bench.support.memory_swarm import build_memory_swarm
+    stage_of = {"a0": 0, "a1": 1, "b1": 1, "c1": 1}
+    paths = {0: ["a0", "a1"], 1: ["a0", "b1"], 2: ["a0", "c1"], 3: ["a0", "a1"]}
+    spec = m.RunSpec(**{**SPEC.__dict__, "num_stages": 2, "microbatches_per_origin": 4})
+    batch, _ = batches_for(spec)
+
+    async def go():
+        _, workers = await build_memory_swarm(spec, make_schedule("t", stage_of, paths), batch, 60.0, None, "float32")
+        seat, honest_compute = workers["c1"].seat, workers["c1"].seat.compute
+
+        async def poisoning(fn, *args):
+            out = await honest_compute(fn, *args)
+            return out * 1e3 if getattr(fn, "__name__", "") == "grad_vector" else out
+        seat.compute = poisoning
+        await asyncio.wait_for(asyncio.gather(*(w.run() for w in workers.values())), 60.0)
+        return workers
+    workers = asyncio.run(go())
+    a1, b1 = workers["a1"], workers["b1"]
+    assert a1.exchange.left_out == b1.exchange.left_out == {"c1"}
+    assert torch.equal(a1.seat.runner.parameter_vector(), b1.seat.runner.parameter_vector())
+    assert a1.seat.runner.stepped_with[1] == 6          # a1's 4 samples and b1's 2, not c1's 2
+    assert torch.isfinite(a1.seat.runner.parameter_vector()).all()

@@ -1,0 +1,88 @@
+"""A late joiner takes a stage's state only when two replicas agree on it (issue 24: one
+replica noising its copy was accepted silently), and refuses a state that would poison it."""
+import asyncio
+
+import torch
+
+from protocol import messages as m
+from protocol.schedule import Schedule, StageAssignment
+
+from peer.compute import tensor_codec
+from peer.compute.runner import StageRunner
+from peer.compute.state_transfer import flat_state
+from peer.pipeline.seat import StageSeat
+from peer.pipeline.settings import WorkerSettings
+from peer.pipeline.state_sync import StateFetcher, agreed_state
+
+SPEC = m.RunSpec(run="t", model="tiny", num_stages=2, skip_ratio=0.0, seed=5, microbatch_samples=2, seq_len=8)
+
+
+def trained() -> tuple[torch.Tensor, int, int]:
+    r = StageRunner.from_spec(SPEC, 1)
+    x = torch.randn(2, 8, r.module.config.dim, generator=torch.Generator().manual_seed(0))
+    out = r.forward((0, 0), x)
+    r.backward((0, 0), torch.ones_like(out))
+    r.step()
+    return flat_state(r)
+
+
+class Donors:
+    """rpc.call(donor, StateRequest) served from each donor's flat state."""
+
+    def __init__(self, states: dict[str, tuple[torch.Tensor, int, int]]):
+        self.states, self.asked = states, []
+
+    async def call(self, donor, req, timeout):
+        self.asked.append(donor)
+        vector, steps, adam = self.states[donor]
+        part = vector[req.offset:req.offset + req.max_elements]
+        return m.StateReply(req.stage, req.iteration, vector.numel(), req.offset, steps, adam,
+                            tensor_codec.encode(part))
+
+
+def fetch(states: dict, timeout_s: float = 2.0) -> tuple[bool, StageSeat, Donors]:
+    donors = Donors(states)
+    seat = StageSeat(lambda stage: StageRunner.from_spec(SPEC, stage))
+    schedule = Schedule("t", 1, "skippipe", 2, 0.0, tuple(StageAssignment(p, 1) for p in ["me", *states])
+                        + (StageAssignment("o", 0),), (), ())
+
+    async def go():
+        await seat.take(1)
+        return await StateFetcher("me", "t", donors, WorkerSettings(iteration_timeout_s=timeout_s), seat).fetch(
+            schedule, 1, 3)
+    try:
+        return asyncio.run(go()), seat, donors
+    finally:
+        seat.close()
+
+
+def test_agreement_needs_two_identical_states():
+    good = trained()
+    noised = (good[0] + 1e-3, good[1], good[2])
+    assert agreed_state({"a": good}) is None
+    assert agreed_state({"a": good, "b": noised}) is None
+    assert agreed_state({"a": good, "b": noised, "c": (good[0].clone(), *good[1:])})[0] == "a"
+
+
+def test_a_noised_copy_is_outvoted_by_two_honest_replicas():
+    good = trained()
+    # "a" is asked first (replicas in id order): it used to be taken at its word
+    ok, seat, _ = fetch({"a": (good[0] + 1e-3 * torch.randn(good[0].shape), *good[1:]), "b": good,
+                         "c": (good[0].clone(), *good[1:])})
+    assert ok and torch.equal(seat.runner.parameter_vector(), good[0][:seat.runner.num_parameters()])
+
+
+def test_a_poisoned_optimizer_state_is_refused_even_from_the_only_replica():
+    vector, steps, adam = trained()
+    bad = vector.clone()
+    bad[-1] = -1.0                                   # a negative second moment: NaN after one step
+    ok, seat, donors = fetch({"only": (bad, steps, adam)}, timeout_s=1.0)
+    assert not ok and torch.isfinite(seat.runner.parameter_vector()).all()
+    ok, seat, _ = fetch({"only": (vector, steps, adam)})
+    assert ok                                         # one replica, a sound state: taken, unverified
+
+
+def test_two_replicas_that_disagree_are_not_trusted():
+    good = trained()
+    ok, _, _ = fetch({"a": good, "b": (good[0] * 1.01, *good[1:])}, timeout_s=1.0)
+    assert not ok
