@@ -34,6 +34,7 @@ from coordinator.planner import PlanConfig, PlanningError, plan
 from coordinator.progress import IterationSummary, ProgressTracker
 from coordinator.replanner import CollapseGuard, MembershipTracker, ReplanPolicy, switch_iteration
 from coordinator.status import StatusView
+from coordinator.advert_check import AdvertGate
 from coordinator.swarm_view import BanList, NotPlannable, SwarmSnapshot, to_topology
 
 logger = logging.getLogger("skippipe.coordinator")
@@ -104,6 +105,7 @@ class CoordinatorApp:
         self.finished = False
         self.replans: list[dict] = []       # every published epoch: when, why, from which iteration
         self.bans = BanList()               # peers that failed spot checks (shown in status)
+        self.advert_gate = AdvertGate(self.spec)   # adverts the spec rules out: ignored, logged once
         self.snapshot: SwarmSnapshot | None = None      # the latest round's view (status page)
         self.collapse_guard = CollapseGuard()
         self.topology = None                # what the current schedule was planned for (Gantt)
@@ -206,7 +208,7 @@ class CoordinatorApp:
 
     async def _tick(self) -> None:
         read_from = time.monotonic()
-        adverts = await self._unbanned(await self.records.get_adverts())
+        adverts = self.advert_gate.admit(await self._unbanned(await self.records.get_adverts()))
         read_s = time.monotonic() - read_from
         snapshot = SwarmSnapshot(adverts, await self.records.get_links())
         now = time.monotonic()

@@ -1,6 +1,9 @@
 """An immutable snapshot of the swarm (adverts + link measurements) and its translation into
 the planner's Topology, with peer ids as node ids."""
+from collections import Counter
 from dataclasses import dataclass
+
+from coordinator.advert_check import ModelFacts, advert_problem
 
 from protocol.adverts import LinkReport, PeerAdvert, PeerState
 from protocol.messages import RunSpec
@@ -79,18 +82,27 @@ class SwarmSnapshot:
         return None
 
 
+def plannable(online: dict[str, PeerAdvert], spec: RunSpec) -> list[str]:
+    """The online peers whose adverts fit the spec, sorted; where the coordinator does not know
+    the model, those that agree with the most common layer count."""
+    facts = ModelFacts.of(spec)
+    peers = sorted(p for p, a in online.items() if advert_problem(a, spec, facts) is None)
+    if facts is None and peers:
+        layers, _ = Counter(online[p].num_layers for p in peers).most_common(1)[0]
+        peers = [p for p in peers if online[p].num_layers == layers]
+    return peers
+
+
 def to_topology(snapshot: SwarmSnapshot, spec: RunSpec, pinned: dict[str, int]) -> Topology:
     """Topology of the ONLINE peers. `pinned`: stages peers already host (kept on re-plans,
-    so that no peer throws away its trained parameters)."""
-    peers = sorted(snapshot.online)
+    so that no peer throws away its trained parameters). An advert the run spec rules out
+    (coordinator/advert_check.py) is left out: one peer's claims never stop the planning."""
+    peers = plannable(snapshot.online, spec)
     if not peers:
-        raise NotPlannable("no peer is online")
+        raise NotPlannable("no peer is online" if not snapshot.online else "no online peer has a plausible advert")
     adverts = [snapshot.online[p] for p in peers]
-    layers = {a.num_layers for a in adverts}
-    if len(layers) != 1 or 0 in layers:
-        raise NotPlannable(f"peers disagree on the model's layer count: {sorted(layers)}")
     workload = Workload(
-        num_layers=layers.pop(), num_stages=spec.num_stages, microbatch_samples=spec.microbatch_samples,
+        num_layers=adverts[0].num_layers, num_stages=spec.num_stages, microbatch_samples=spec.microbatch_samples,
         microbatches_per_data_node=spec.microbatches_per_origin,
         activation_bytes_per_sample=max(a.activation_bytes_per_sample for a in adverts),
         memory_microbatches=max(1, min(a.memory_microbatches for a in adverts)),
