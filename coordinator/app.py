@@ -17,7 +17,7 @@ from opsweb.stopping import run_until_stopped, shutdown_dht
 from protocol.errors import FieldError
 from protocol.membership import JoinKeyError, create_join_key, load_join_key
 from protocol.messages import RunSpec
-from protocol.schedule import Schedule
+from protocol.schedule import Route, Schedule
 from protocol.signing import public_key_text
 from swarmcore.dht.validators import record_validators
 from swarmcore.schedule_history import schedule_for_iteration
@@ -104,7 +104,7 @@ class CoordinatorApp:
                                                          hold_s=config.replan_hold_s))
         self.finished = False
         self.replans: list[dict] = []       # every published epoch: when, why, from which iteration
-        self.bans = BanList()               # peers that failed spot checks (shown in status)
+        self.bans = BanList(routes=self._route_of)   # peers that failed spot checks (shown in status)
         self.advert_gate = AdvertGate(self.spec)   # adverts the spec rules out: ignored, logged once
         self.snapshot: SwarmSnapshot | None = None      # the latest round's view (status page)
         self.collapse_guard = CollapseGuard()
@@ -312,6 +312,14 @@ class CoordinatorApp:
 
     def _schedule_for(self, iteration: int) -> Schedule | None:
         return schedule_for_iteration(self.schedules, iteration)
+
+    def _route_of(self, epoch: int, microbatch_id: int) -> Route | None:
+        """The route a schedule this coordinator published gave (epoch, microbatch): spot-check
+        reports are accepted only from that route's receivers."""
+        for schedule in reversed(self.schedules):
+            if schedule.epoch == epoch:
+                return next((r for r in schedule.routes if r.microbatch_id == microbatch_id), None)
+        return None
 
     def _origins_for(self, iteration: int) -> set[str]:
         schedule = self._schedule_for(iteration)

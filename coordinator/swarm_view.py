@@ -2,12 +2,15 @@
 the planner's Topology, with peer ids as node ids."""
 from collections import Counter
 from dataclasses import dataclass
+from typing import Callable
 
 from coordinator.advert_check import ModelFacts, advert_problem
 
 from protocol.adverts import LinkReport, PeerAdvert, PeerState
 from protocol.messages import RunSpec
+from protocol.schedule import Route
 from protocol.topology import TOPOLOGY_FORMAT, Links, Node, Topology, Workload
+from swarmcore.schedule_history import spot_check_receivers
 
 DEFAULT_LATENCY_MS = 1.0        # for pairs nobody has measured yet
 DEFAULT_BANDWIDTH_GIB_S = 1.0
@@ -23,12 +26,19 @@ class BanList:
 
     A peer is banned after `failures_to_ban` failed checks reported by at least
     `reporters_to_ban` distinct members, so one lying reporter cannot ban an honest peer alone
-    (set reporters_to_ban=1 for swarms with a single replica per stage to check)."""
+    (set reporters_to_ban=1 for swarms with a single replica per stage to check).
+
+    With `routes` ((epoch, microbatch_id) -> the Route a published schedule gave it, or None), a
+    report counts only from the peer that received the checked hop's output on that route: a
+    member cannot file failures about peers it never received anything from (issue 24)."""
 
     SEEN_KEPT = 16384                          # > 64 reports x many reporters: a report counts once
 
-    def __init__(self, failures_to_ban: int = 2, reporters_to_ban: int = 2):
+    def __init__(self, failures_to_ban: int = 2, reporters_to_ban: int = 2,
+                 routes: Callable[[int, int], Route | None] | None = None):
         self.failures_to_ban, self.reporters_to_ban = failures_to_ban, reporters_to_ban
+        self.routes = routes
+        self.ignored_reports = 0                   # reports from peers not placed to make them
         self._failures: dict[str, set[tuple]] = {}
         self.banned: dict[str, str] = {}       # peer id -> reason, for the status page
         self.counts = {"passed": 0, "failed": 0}   # distinct members' reports seen (status, summary)
@@ -38,7 +48,7 @@ class BanList:
         """Add one member's reports; returns peers banned just now. Self-reports are ignored."""
         newly = []
         for r in reports:
-            if r.checker != reporter or r.suspect == reporter:
+            if r.checker != reporter or r.suspect == reporter or not self._placed_to_report(reporter, r):
                 continue
             self._count(reporter, r)
             if r.passed or r.suspect in self.banned:
@@ -51,6 +61,15 @@ class BanList:
                                           f"last relative error {r.relative_error:.3g})")
                 newly.append(r.suspect)
         return newly
+
+    def _placed_to_report(self, reporter: str, r) -> bool:
+        if self.routes is None:
+            return True
+        route = self.routes(r.epoch, r.microbatch_id)
+        if route is not None and reporter in spot_check_receivers(route, r.suspect, r.stage):
+            return True
+        self.ignored_reports += 1
+        return False
 
     def _count(self, reporter: str, r) -> None:
         key = (reporter, r.suspect, r.epoch, r.iteration, r.microbatch_id, r.stage)
