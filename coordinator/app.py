@@ -17,7 +17,7 @@ from opsweb.stopping import run_until_stopped, shutdown_dht
 from protocol.errors import FieldError
 from protocol.membership import JoinKeyError, create_join_key, load_join_key
 from protocol.messages import RunSpec
-from protocol.schedule import Schedule
+from protocol.schedule import Route, Schedule
 from protocol.signing import public_key_text
 from swarmcore.dht.validators import record_validators
 from swarmcore.schedule_history import schedule_for_iteration
@@ -34,6 +34,7 @@ from coordinator.planner import PlanConfig, PlanningError, plan
 from coordinator.progress import IterationSummary, ProgressTracker
 from coordinator.replanner import CollapseGuard, MembershipTracker, ReplanPolicy, switch_iteration
 from coordinator.status import StatusView
+from coordinator.advert_check import AdvertGate
 from coordinator.swarm_view import BanList, NotPlannable, SwarmSnapshot, to_topology
 
 logger = logging.getLogger("skippipe.coordinator")
@@ -103,7 +104,8 @@ class CoordinatorApp:
                                                          hold_s=config.replan_hold_s))
         self.finished = False
         self.replans: list[dict] = []       # every published epoch: when, why, from which iteration
-        self.bans = BanList()               # peers that failed spot checks (shown in status)
+        self.bans = BanList(routes=self._route_of)   # peers that failed spot checks (shown in status)
+        self.advert_gate = AdvertGate(self.spec)   # adverts the spec rules out: ignored, logged once
         self.snapshot: SwarmSnapshot | None = None      # the latest round's view (status page)
         self.collapse_guard = CollapseGuard()
         self.topology = None                # what the current schedule was planned for (Gantt)
@@ -206,7 +208,7 @@ class CoordinatorApp:
 
     async def _tick(self) -> None:
         read_from = time.monotonic()
-        adverts = await self._unbanned(await self.records.get_adverts())
+        adverts = self.advert_gate.admit(await self._unbanned(await self.records.get_adverts()))
         read_s = time.monotonic() - read_from
         snapshot = SwarmSnapshot(adverts, await self.records.get_links())
         now = time.monotonic()
@@ -310,6 +312,14 @@ class CoordinatorApp:
 
     def _schedule_for(self, iteration: int) -> Schedule | None:
         return schedule_for_iteration(self.schedules, iteration)
+
+    def _route_of(self, epoch: int, microbatch_id: int) -> Route | None:
+        """The route a schedule this coordinator published gave (epoch, microbatch): spot-check
+        reports are accepted only from that route's receivers."""
+        for schedule in reversed(self.schedules):
+            if schedule.epoch == epoch:
+                return next((r for r in schedule.routes if r.microbatch_id == microbatch_id), None)
+        return None
 
     def _origins_for(self, iteration: int) -> set[str]:
         schedule = self._schedule_for(iteration)

@@ -1,10 +1,16 @@
 """An immutable snapshot of the swarm (adverts + link measurements) and its translation into
 the planner's Topology, with peer ids as node ids."""
+from collections import Counter
 from dataclasses import dataclass
+from typing import Callable
+
+from coordinator.advert_check import ModelFacts, advert_problem
 
 from protocol.adverts import LinkReport, PeerAdvert, PeerState
 from protocol.messages import RunSpec
+from protocol.schedule import Route
 from protocol.topology import TOPOLOGY_FORMAT, Links, Node, Topology, Workload
+from swarmcore.schedule_history import spot_check_receivers
 
 DEFAULT_LATENCY_MS = 1.0        # for pairs nobody has measured yet
 DEFAULT_BANDWIDTH_GIB_S = 1.0
@@ -20,12 +26,19 @@ class BanList:
 
     A peer is banned after `failures_to_ban` failed checks reported by at least
     `reporters_to_ban` distinct members, so one lying reporter cannot ban an honest peer alone
-    (set reporters_to_ban=1 for swarms with a single replica per stage to check)."""
+    (set reporters_to_ban=1 for swarms with a single replica per stage to check).
+
+    With `routes` ((epoch, microbatch_id) -> the Route a published schedule gave it, or None), a
+    report counts only from the peer that received the checked hop's output on that route: a
+    member cannot file failures about peers it never received anything from (issue 24)."""
 
     SEEN_KEPT = 16384                          # > 64 reports x many reporters: a report counts once
 
-    def __init__(self, failures_to_ban: int = 2, reporters_to_ban: int = 2):
+    def __init__(self, failures_to_ban: int = 2, reporters_to_ban: int = 2,
+                 routes: Callable[[int, int], Route | None] | None = None):
         self.failures_to_ban, self.reporters_to_ban = failures_to_ban, reporters_to_ban
+        self.routes = routes
+        self.ignored_reports = 0                   # reports from peers not placed to make them
         self._failures: dict[str, set[tuple]] = {}
         self.banned: dict[str, str] = {}       # peer id -> reason, for the status page
         self.counts = {"passed": 0, "failed": 0}   # distinct members' reports seen (status, summary)
@@ -35,7 +48,7 @@ class BanList:
         """Add one member's reports; returns peers banned just now. Self-reports are ignored."""
         newly = []
         for r in reports:
-            if r.checker != reporter or r.suspect == reporter:
+            if r.checker != reporter or r.suspect == reporter or not self._placed_to_report(reporter, r):
                 continue
             self._count(reporter, r)
             if r.passed or r.suspect in self.banned:
@@ -48,6 +61,15 @@ class BanList:
                                           f"last relative error {r.relative_error:.3g})")
                 newly.append(r.suspect)
         return newly
+
+    def _placed_to_report(self, reporter: str, r) -> bool:
+        if self.routes is None:
+            return True
+        route = self.routes(r.epoch, r.microbatch_id)
+        if route is not None and reporter in spot_check_receivers(route, r.suspect, r.stage):
+            return True
+        self.ignored_reports += 1
+        return False
 
     def _count(self, reporter: str, r) -> None:
         key = (reporter, r.suspect, r.epoch, r.iteration, r.microbatch_id, r.stage)
@@ -79,18 +101,27 @@ class SwarmSnapshot:
         return None
 
 
+def plannable(online: dict[str, PeerAdvert], spec: RunSpec) -> list[str]:
+    """The online peers whose adverts fit the spec, sorted; where the coordinator does not know
+    the model, those that agree with the most common layer count."""
+    facts = ModelFacts.of(spec)
+    peers = sorted(p for p, a in online.items() if advert_problem(a, spec, facts) is None)
+    if facts is None and peers:
+        layers, _ = Counter(online[p].num_layers for p in peers).most_common(1)[0]
+        peers = [p for p in peers if online[p].num_layers == layers]
+    return peers
+
+
 def to_topology(snapshot: SwarmSnapshot, spec: RunSpec, pinned: dict[str, int]) -> Topology:
     """Topology of the ONLINE peers. `pinned`: stages peers already host (kept on re-plans,
-    so that no peer throws away its trained parameters)."""
-    peers = sorted(snapshot.online)
+    so that no peer throws away its trained parameters). An advert the run spec rules out
+    (coordinator/advert_check.py) is left out: one peer's claims never stop the planning."""
+    peers = plannable(snapshot.online, spec)
     if not peers:
-        raise NotPlannable("no peer is online")
+        raise NotPlannable("no peer is online" if not snapshot.online else "no online peer has a plausible advert")
     adverts = [snapshot.online[p] for p in peers]
-    layers = {a.num_layers for a in adverts}
-    if len(layers) != 1 or 0 in layers:
-        raise NotPlannable(f"peers disagree on the model's layer count: {sorted(layers)}")
     workload = Workload(
-        num_layers=layers.pop(), num_stages=spec.num_stages, microbatch_samples=spec.microbatch_samples,
+        num_layers=adverts[0].num_layers, num_stages=spec.num_stages, microbatch_samples=spec.microbatch_samples,
         microbatches_per_data_node=spec.microbatches_per_origin,
         activation_bytes_per_sample=max(a.activation_bytes_per_sample for a in adverts),
         memory_microbatches=max(1, min(a.memory_microbatches for a in adverts)),

@@ -41,7 +41,7 @@ class PeerConfig:
     spot_check_rate: float = 0.0              # share of our forwards recomputed on another replica (0: off)
     metrics_port: int | None = None           # /metrics and /api/status; None: off, 0: any free port
     metrics_host: str = "127.0.0.1"           # 0.0.0.0 to let a Prometheus elsewhere scrape it
-    max_request_mb: int = 256                 # largest streamed tensor, and all half-received streams together
+    max_request_mb: int = 256                 # largest streamed tensor, and what one peer's half-received streams hold (all: 4x)
     topology: Path | None = None              # emulate this topology file's links (peer/emulation.py)
     node_id: str = ""                         # which node of --topology this peer is
     node_map: Path | None = None              # peer id -> node id of the other peers

@@ -2,7 +2,7 @@
 for an iteration's microbatches) and by every peer (to route them)."""
 from typing import Sequence
 
-from protocol.schedule import Schedule
+from protocol.schedule import Route, Schedule
 
 
 def schedule_for_iteration(schedules: Sequence[Schedule], iteration: int) -> Schedule | None:
@@ -11,3 +11,12 @@ def schedule_for_iteration(schedules: Sequence[Schedule], iteration: int) -> Sch
         if schedule.start_iteration <= iteration:
             return schedule
     return None
+
+
+def spot_check_receivers(route: Route, suspect: str, stage: int) -> set[str]:
+    """Who may report a spot check of `suspect` at `stage` on `route`: the receiver of that hop's
+    output (the next hop, or the origin after the last hop). The origin's own hop is never
+    checked (its input is the data, not another peer's output)."""
+    hops = route.hops
+    return {(hops[k + 1] if k + 1 < len(hops) else hops[0]).peer
+            for k in range(1, len(hops)) if hops[k].peer == suspect and hops[k].stage == stage}

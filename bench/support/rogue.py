@@ -217,6 +217,26 @@ async def forge_adverts(dht, run: str, victims: list[str]) -> int:
     return tried
 
 
+LYING_LAYERS = 7  # the rogue's own (genuinely signed) advert claims a model the run does not have
+
+
+async def announce_lying_advert(dht, run: str) -> int:
+    """Announce the rogue itself, ONLINE, with a layer count the run spec contradicts (issue 24:
+    one such advert froze all planning); returns 1 when stored."""
+    from hivemind.dht.crypto import RSASignatureValidator
+    from protocol.owner import peer_id_of_subkey
+    own = RSASignatureValidator().local_public_key
+    advert = PeerAdvert(peer_id_of_subkey(own), PeerState.ONLINE, "cpu", 1 << 30, 1e-3, num_layers=LYING_LAYERS,
+                        activation_bytes_per_sample=1, param_bytes_per_layer=1, timestamp=time.time())
+    try:
+        async with asyncio.timeout(5.0):
+            stored = await dht.store(ids.peers_key(run), codec.encode(advert), time.time() + 30, subkey=own,
+                                     return_future=True)
+    except Exception:
+        return 0
+    return int(bool(stored))
+
+
 async def list_peers(dht, run: str) -> list[str]:
     from protocol.owner import peer_id_of_subkey
     try:
@@ -252,6 +272,7 @@ async def run_rogue(initial_peers: list[str], run: str, duration_s: float, rate:
             if not peers or time.monotonic() > next_forgery:
                 peers = await list_peers(dht, run) or peers
                 stats["dht_forgeries"] += await forge_adverts(dht, run, peers)
+                stats["lying_adverts"] += await announce_lying_advert(dht, run)
                 next_forgery = time.monotonic() + 10.0
                 if not peers:
                     await asyncio.sleep(1.0)
@@ -282,7 +303,7 @@ def main(argv=None) -> int:
     stats = asyncio.run(run_rogue(args.initial_peers, args.run, args.duration, args.rate, args.count, args.seed))
     kinds = sum(1 for k in stats if k.startswith("kind_"))
     print(f"ROGUE sent={stats['sent']} replies={stats['replies']} no_reply={stats['no_reply']} kinds={kinds} "
-          f"dht_forgeries={stats['dht_forgeries']}", flush=True)
+          f"dht_forgeries={stats['dht_forgeries']} lying_adverts={stats['lying_adverts']}", flush=True)
     return 0
 
 

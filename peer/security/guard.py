@@ -68,8 +68,9 @@ class PeerGuard:
                 return set(await records.get_adverts())
             self.gate = MemberGate(members, always={records.peer_id})
         budget = max(cfg.max_request_mb * 1024 * 1024, DEFAULT_CHUNK_BYTES)
+        # one peer's half-received streams may hold `budget` (the largest tensor), all peers 4x that
         limits = Limits(rate_per_s=cfg.max_requests_per_s, burst=max(1, int(2 * cfg.max_requests_per_s)),
-                        stream_bytes_budget=budget)
+                        stream_bytes_budget=4 * budget, stream_bytes_per_peer=budget)
         self.admission = Admission(limits)
         return server_class(max_tensor_bytes=budget, admission=self.admission, gate=self.gate)
 

@@ -1,8 +1,10 @@
 """Admission control for incoming RPCs: back-pressure instead of unbounded memory.
 
 Checked before a request is read: per-peer token buckets (a bounded table), a cap on requests in
-progress (in total and per peer), a budget for bytes held by half-received streams, and a
-deadline for reading a whole request. A refused request costs the sender an OVERLOADED reply.
+progress (in total and per peer: one peer gets a quarter of the slots), a budget for the bytes
+half-received streams actually hold (in total and per peer: a quarter by default; reserved as
+chunks arrive, never for what a stream merely declares), and a deadline for reading a whole
+request (the transport also cuts a stream that sends nothing for a few seconds). A refused request costs the sender an OVERLOADED reply.
 The per-peer limits alone do not stop a stranger with many peer ids (ids are free); the global
 caps do, and with a join key strangers are refused before any of this (peer/security/membership).
 """
@@ -18,8 +20,9 @@ class Limits:
     rate_per_s: float = 100.0          # sustained requests per second from one peer
     burst: int = 200                   # requests one peer may send at once after a quiet spell
     max_in_flight: int = 64            # requests being read or handled, all peers together
-    max_in_flight_per_peer: int = 16
+    max_in_flight_per_peer: int = 16   # a quarter: one peer cannot starve the others' pings
     stream_bytes_budget: int = 256 * 1024 * 1024   # bytes buffered by all half-received streams
+    stream_bytes_per_peer: int = 0     # bytes one peer's streams may hold; 0 = a quarter of the budget
     request_deadline_s: float = 60.0   # a whole request (all its frames) must arrive within this
     max_tracked_peers: int = 4096      # token buckets kept (least recently seen dropped first)
 
@@ -52,6 +55,7 @@ class Admission:
         self._in_flight: collections.Counter[str] = collections.Counter()
         self.total_in_flight = 0
         self.stream_bytes = 0
+        self._stream_bytes: collections.Counter[str] = collections.Counter()   # per remote peer
         self.refused = collections.Counter()   # reason -> count, for status and tests
 
     def enter(self, remote: str) -> None:
@@ -72,15 +76,30 @@ class Admission:
         if self._in_flight[remote] <= 0:
             del self._in_flight[remote]
 
-    def reserve_stream(self, nbytes: int) -> None:
-        """Reserve room for a stream of `nbytes` before buffering it (`release_stream` after)."""
+    @property
+    def stream_bytes_per_peer(self) -> int:
+        return self.limits.stream_bytes_per_peer or max(1, self.limits.stream_bytes_budget // 4)
+
+    def reserve_stream(self, nbytes: int, remote: str = "") -> None:
+        """Reserve room for `nbytes` more of `remote`'s stream before buffering them
+        (`release_stream` with the same arguments after)."""
         if self.stream_bytes + nbytes > self.limits.stream_bytes_budget:
             self._refuse("stream_bytes", f"{nbytes} more stream bytes would exceed the budget of "
                                          f"{self.limits.stream_bytes_budget}")
+        if self._stream_bytes[remote] + nbytes > self.stream_bytes_per_peer:
+            self._refuse("peer_stream_bytes", f"{nbytes} more stream bytes would exceed your share of "
+                                              f"{self.stream_bytes_per_peer}")
         self.stream_bytes += nbytes
+        self._stream_bytes[remote] += nbytes
 
-    def release_stream(self, nbytes: int) -> None:
+    def release_stream(self, nbytes: int, remote: str = "") -> None:
         self.stream_bytes -= nbytes
+        self._stream_bytes[remote] -= nbytes
+        if self._stream_bytes[remote] <= 0:
+            del self._stream_bytes[remote]
+
+    def peer_stream_bytes(self, remote: str) -> int:
+        return self._stream_bytes.get(remote, 0)
 
     def _bucket(self, remote: str) -> TokenBucket:
         bucket = self._buckets.get(remote)

@@ -19,9 +19,36 @@ async def write_frame(writer: asyncio.StreamWriter, data: bytes) -> None:
     await writer.drain()
 
 
-async def read_frame(reader: asyncio.StreamReader, max_bytes: int = MAX_FRAME_BYTES) -> bytes:
-    header = await reader.readexactly(HEADER_BYTES)
+READ_PIECE_BYTES = 256 * 1024
+
+
+class StreamIdle(TimeoutError):
+    """The remote sent nothing for the idle timeout."""
+
+
+async def read_frame(reader: asyncio.StreamReader, max_bytes: int = MAX_FRAME_BYTES,
+                     idle_s: float | None = None) -> bytes:
+    """One frame; with `idle_s`, StreamIdle as soon as no byte arrived for that long (a stream
+    that sends nothing is cut in seconds, however slowly a big frame may legitimately trickle)."""
+    header = await _exactly(reader, HEADER_BYTES, idle_s)
     length = int.from_bytes(header, "big")
     if length > max_bytes:
         raise FrameTooLarge(f"incoming frame declares {length} bytes, limit is {max_bytes}")
-    return await reader.readexactly(length)
+    return await _exactly(reader, length, idle_s)
+
+
+async def _exactly(reader: asyncio.StreamReader, n: int, idle_s: float | None) -> bytes:
+    if idle_s is None:
+        return await reader.readexactly(n)
+    parts, got = [], 0
+    while got < n:
+        try:
+            async with asyncio.timeout(idle_s):
+                piece = await reader.read(min(n - got, READ_PIECE_BYTES))
+        except TimeoutError:
+            raise StreamIdle(f"nothing arrived for {idle_s:g}s") from None
+        if not piece:
+            raise asyncio.IncompleteReadError(b"".join(parts), n)
+        parts.append(piece)
+        got += len(piece)
+    return b"".join(parts)

@@ -12,18 +12,20 @@ from typing import Sequence
 from hivemind.p2p import P2P, PeerID
 
 from peer.transport.base import Handler, OnSent, Transport, TransportError
-from peer.transport.framing import read_frame, write_frame
+from peer.transport.framing import StreamIdle, read_frame, write_frame
 
 logger = logging.getLogger(__name__)
 PROTOCOL_NAME = "skippipe.v1"
 ITEM_TIMEOUT_S = 30.0
+IDLE_TIMEOUT_S = 5.0     # a request stream that sends nothing for this long is cut (issue 24)
 
 
 class HivemindTransport(Transport):
-    def __init__(self, p2p: P2P, item_timeout: float = ITEM_TIMEOUT_S):
+    def __init__(self, p2p: P2P, item_timeout: float = ITEM_TIMEOUT_S, idle_timeout: float = IDLE_TIMEOUT_S):
         self.p2p = p2p
         self.peer_id = p2p.peer_id.to_base58()
         self.item_timeout = item_timeout
+        self.idle_timeout = min(idle_timeout, item_timeout)
         self._serving = False
 
     async def request(self, peer: str, frames: Sequence[bytes], timeout: float, on_sent: OnSent = None) -> bytes:
@@ -54,9 +56,11 @@ class HivemindTransport(Transport):
             async def recv() -> bytes:
                 try:
                     async with asyncio.timeout(self.item_timeout):
-                        return await read_frame(reader)
+                        return await read_frame(reader, idle_s=self.idle_timeout)
                 except (asyncio.IncompleteReadError, ConnectionError):  # the remote hung up mid-request
                     raise TransportError(remote, "stream closed before the request was complete") from None
+                except StreamIdle:  # an idle stream holds a request slot: cut it in seconds
+                    raise TransportError(remote, f"nothing sent for {self.idle_timeout:g}s") from None
                 except TimeoutError:  # a partial stream: one frame may take at most item_timeout
                     raise TransportError(remote, f"no frame within {self.item_timeout:.0f}s") from None
 

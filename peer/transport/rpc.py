@@ -70,8 +70,8 @@ class RpcServer:
     """Decodes requests and dispatches them by message type to registered handlers.
 
     Optional guards run before a request is read: `gate` (membership: strangers get NOT_MEMBER)
-    and `admission` (rate limits, bounded concurrency and stream bytes: OVERLOADED); with
-    admission, a whole request must also arrive within its deadline."""
+    and `admission` (rate limits, bounded concurrency and stream bytes, per peer and in total:
+    OVERLOADED); with admission, a whole request must also arrive within its deadline."""
 
     def __init__(self, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES, admission: Admission | None = None,
                  gate: MemberGate | None = None):
@@ -103,10 +103,10 @@ class RpcServer:
         reserved = [0]
         try:
             if self.admission is None:
-                request = await self._read_request(recv, reserved)
+                request = await self._read_request(remote, recv, reserved)
             else:
                 async with asyncio.timeout(self.admission.limits.request_deadline_s):
-                    request = await self._read_request(recv, reserved)
+                    request = await self._read_request(remote, recv, reserved)
             handler = self.handlers.get(type(request))
             if handler is None:
                 return self._error(ErrorCode.UNKNOWN_TYPE, f"no handler for {type(request).__name__}")
@@ -123,9 +123,9 @@ class RpcServer:
             return self._error(ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}")
         finally:
             if reserved[0]:
-                self.admission.release_stream(reserved[0])
+                self.admission.release_stream(reserved[0], remote)
 
-    async def _read_request(self, recv: RecvFrame, reserved: list[int]) -> Any:
+    async def _read_request(self, remote: str, recv: RecvFrame, reserved: list[int]) -> Any:
         first = codec.decode(await recv())
         if not isinstance(first, m.StreamHead):
             return first
@@ -133,9 +133,9 @@ class RpcServer:
         assembler = ChunkAssembler(self.max_tensor_bytes)
         while True:
             part = codec.decode(await recv(), expected=m.StreamChunk)
-            if self.admission is not None and not reserved[0] and part.chunk.total_bytes <= self.max_tensor_bytes:
-                self.admission.reserve_stream(part.chunk.total_bytes)  # before buffering any of it
-                reserved[0] = part.chunk.total_bytes
+            if self.admission is not None:   # what it holds, not what it declares (issue 24)
+                self.admission.reserve_stream(len(part.chunk.data), remote)
+                reserved[0] += len(part.chunk.data)
             payload = assembler.add(part.chunk)
             if payload is not None:
                 return dataclasses.replace(request, tensor=payload)

@@ -62,11 +62,43 @@ def test_a_partial_stream_times_out_and_frees_its_budget():
 
 
 def test_streams_beyond_the_byte_budget_are_refused():
-    s = server(stream_bytes_budget=5000)
+    s = server(stream_bytes_budget=5000, stream_bytes_per_peer=5000)
     reply = reply_of(s, "a", frames_of(big_forward(8000)))
     assert reply.code == ErrorCode.OVERLOADED and "budget" in reply.message
     reply = reply_of(s, "a", frames_of(big_forward(2 << 20)))   # over max_tensor_bytes
     assert reply.code == ErrorCode.BAD_TENSOR
+    assert s.admission.stream_bytes == 0
+
+
+def test_a_stalled_stream_holds_what_it_sent_not_what_it_declared():
+    """Issue 24: one stream declaring the whole budget and then stalling held it for the deadline."""
+    s = server(stream_bytes_budget=10_000, request_deadline_s=0.5)
+
+    async def scenario():
+        stalled = asyncio.ensure_future(s.handle("greedy", feeder(frames_of(big_forward(10_000)), stall_after=2)))
+        await asyncio.sleep(0.1)
+        held = s.admission.stream_bytes
+        other = codec.decode(await s.handle("honest", feeder(frames_of(big_forward(2000)))))
+        return held, other, codec.decode(await stalled)
+    held, other, stalled = asyncio.run(scenario())
+    assert held == 1024                    # one chunk arrived, 10,000 declared
+    assert other.code != ErrorCode.OVERLOADED and stalled.code == ErrorCode.MALFORMED
+    assert s.admission.stream_bytes == 0
+
+
+def test_one_peer_cannot_take_more_than_its_share_of_stream_bytes():
+    s = server(stream_bytes_budget=8000, request_deadline_s=0.5)     # a peer's share: 2000
+
+    async def scenario():
+        greedy = [asyncio.ensure_future(s.handle("greedy", feeder(frames_of(big_forward(4000)), stall_after=3)))
+                  for _ in range(3)]
+        await asyncio.sleep(0.1)
+        held = s.admission.peer_stream_bytes("greedy")
+        other = codec.decode(await s.handle("honest", feeder(frames_of(big_forward(1500)))))
+        return held, other, [codec.decode(await g) for g in greedy]
+    held, other, greedy = asyncio.run(scenario())
+    assert held <= 2000 and other.code != ErrorCode.OVERLOADED
+    assert any(g.code == ErrorCode.OVERLOADED and "share" in g.message for g in greedy)
     assert s.admission.stream_bytes == 0
 
 

@@ -141,6 +141,54 @@ def test_every_rogue_request_kind(target, seed):
     check_reply(target.send(request.frames, request.raw, request.hang_up))
 
 
+def test_one_peer_cannot_starve_the_others(target):
+    """Issue 24: one peer's idle streams and stalled streams declaring the whole byte budget
+    take only its share of slots and bytes; another peer's ping and streamed request get through
+    meanwhile, and the stalled streams are cut and release everything within seconds."""
+    from hivemind.p2p import PeerID
+    from peer.transport.hivemind_p2p import PROTOCOL_NAME
+    admission = target.server.admission
+    them = target.attacker.peer_id.to_base58()
+
+    async def scenario():
+        maddrs = [str(a) for a in await target.server_p2p.get_visible_maddrs()]
+        honest = await P2P.create(host_maddrs=LOOPBACK, initial_peers=maddrs)
+        writers = []
+        try:
+            big = m.ForwardRequest(m.WorkHeader("t", 3, 0, 0, 1), tensor_codec.encode(torch.zeros(2048, 1024)))
+            head = RpcClient(None, unary_tensor_bytes=0, chunk_bytes=1 << 20).frames_for(big)[:2]  # 8 MiB declared
+            for i in range(24):
+                _, _, writer = await target.attacker.call_binary_stream_handler(PeerID.from_base58(target.me),
+                                                                                PROTOCOL_NAME)
+                for frame in (head if i < 2 else []):
+                    writer.write(len(frame).to_bytes(4, "big") + frame)
+                await writer.drain()
+                writers.append(writer)
+            for _ in range(100):
+                if admission._in_flight[them] >= admission.limits.max_in_flight_per_peer:
+                    break
+                await asyncio.sleep(0.02)
+            held = admission._in_flight[them], admission.peer_stream_bytes(them)
+            ping = await rogue.send(honest, target.me, rogue.Request("ping", [codec.encode(m.Ping(9))]))
+            request = m.ForwardRequest(m.WorkHeader("t", 3, 0, 0, 1), tensor_codec.encode(torch.zeros(768, 1024)))
+            streamed = await rogue.send(honest, target.me, rogue.Request("big", RpcClient(None).frames_for(request)))
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            while admission.total_in_flight and loop.time() - start < 10:
+                await asyncio.sleep(0.05)
+            return held, ping, streamed, loop.time() - start
+        finally:
+            for writer in writers:
+                writer.close()
+            await honest.shutdown()
+    (slots, nbytes), ping, streamed, cut_after = target.run(scenario())
+    assert slots == admission.limits.max_in_flight_per_peer and nbytes <= admission.stream_bytes_per_peer
+    assert isinstance(codec.decode(ping), m.Pong)
+    assert codec.decode(streamed).code != m.ErrorCode.OVERLOADED      # the worker refuses it, not the budget
+    assert admission.total_in_flight == 0 and admission.stream_bytes == 0 and cut_after < 8
+    target.assert_alive()
+
+
 def test_after_the_fuzzing_the_peer_is_clean_and_serves(target):
     target.assert_alive()
     assert len(target.worker.inbox) == 0 and target.worker.seat.runner.stashed == 0

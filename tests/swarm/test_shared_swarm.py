@@ -19,7 +19,8 @@ import pytest
 
 from bench.support.harness import coordinator, peers, planned_with, wait_for
 from tests.swarm.live import LiveSwarm
-from bench.support.rogue import FORGED_SPEED
+from bench.support.rogue import FORGED_SPEED, LYING_LAYERS
+from coordinator.swarm_view import SwarmSnapshot, to_topology
 from bench.support.soak import rss_mb, start_rogue, stop_rogue
 from tests.swarm.status_dom import CHROMIUM, Dom, chromium, metrics_url
 from tests.unit.test_status_prom import samples
@@ -142,6 +143,12 @@ def test_training_survives_a_rogue_peer(swarm):
                 assert not any(a.fwd_s_per_layer_sample == FORGED_SPEED
                                for p, a in adverts.items() if p in genuine), "forged advert seen"
             rss_late = {p.pid: rss_mb(p.pid) for p in procs}
+            # the rogue's own advert claims 7 layers: ignored, and the rest is still plannable (issue 24)
+            adverts = await app.records.get_adverts()
+            liars = {p for p, a in adverts.items() if a.num_layers == LYING_LAYERS}
+            assert liars and liars <= set(app.advert_gate.ignored), (liars, app.advert_gate.ignored)
+            planned = to_topology(SwarmSnapshot(adverts, {}), app.spec, {})
+            assert {n.id for n in planned.nodes} == genuine
         finally:
             await asyncio.to_thread(stop_rogue, rogue)
         report = (swarm.tmp / "rogue.log").read_text()

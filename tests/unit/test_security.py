@@ -124,7 +124,8 @@ def test_token_bucket_rate_limits_one_peer_only():
 
 
 def test_in_flight_caps_and_stream_budget():
-    adm = Admission(Limits(max_in_flight=3, max_in_flight_per_peer=2, stream_bytes_budget=100, burst=100))
+    adm = Admission(Limits(max_in_flight=3, max_in_flight_per_peer=2, stream_bytes_budget=100, burst=100,
+                           stream_bytes_per_peer=100))
     adm.enter("a"), adm.enter("a")
     with pytest.raises(Overloaded, match="of your requests"):
         adm.enter("a")
@@ -136,6 +137,24 @@ def test_in_flight_caps_and_stream_budget():
         adm.reserve_stream(50)
     adm.release_stream(60)
     adm.reserve_stream(100)
+
+
+def test_one_peer_gets_only_a_quarter_of_the_stream_bytes_by_default():
+    adm = Admission(Limits(stream_bytes_budget=100))
+    adm.reserve_stream(20, "greedy")
+    with pytest.raises(Overloaded, match="your share of 25"):
+        adm.reserve_stream(10, "greedy")
+    for peer in ("b", "c", "d"):     # the others still get theirs
+        adm.reserve_stream(25, peer)
+    assert adm.peer_stream_bytes("greedy") == 20 and adm.stream_bytes == 95
+    adm.release_stream(20, "greedy")
+    assert adm.peer_stream_bytes("greedy") == 0 and adm.refused["peer_stream_bytes"] == 1
+    adm.reserve_stream(5, "greedy")
+
+
+def test_default_limits_give_one_peer_a_quarter_of_the_slots():
+    lim = Limits()
+    assert lim.max_in_flight_per_peer * 4 <= lim.max_in_flight
 
 
 def test_bucket_table_is_bounded():
@@ -187,4 +206,27 @@ def test_remote_triggered_refreshes_are_coalesced_and_spaced():
         clock.t += 0.6
         await wrapped()
         assert len(runs) == 2
+    asyncio.run(scenario())
+
+
+def test_a_stream_that_sends_nothing_is_cut_but_a_slow_one_is_not():
+    from peer.transport.framing import StreamIdle, read_frame
+    from peer.transport.hivemind_p2p import IDLE_TIMEOUT_S, ITEM_TIMEOUT_S
+    assert IDLE_TIMEOUT_S <= 5 < ITEM_TIMEOUT_S      # issue 24: idle streams held a slot for 30 s
+
+    async def scenario():
+        slow = asyncio.StreamReader()
+        frame = (1000).to_bytes(4, "big") + b"x" * 1000
+
+        async def trickle():              # 10 pieces, 0.05 s apart: slow, never idle for 0.2 s
+            for i in range(0, len(frame), 100):
+                slow.feed_data(frame[i:i + 100])
+                await asyncio.sleep(0.05)
+        feeding = asyncio.ensure_future(trickle())
+        assert await read_frame(slow, idle_s=0.2) == b"x" * 1000
+        await feeding
+        idle = asyncio.StreamReader()
+        idle.feed_data((1000).to_bytes(4, "big") + b"x" * 10)   # then silence
+        with pytest.raises(StreamIdle):
+            await read_frame(idle, idle_s=0.2)
     asyncio.run(scenario())

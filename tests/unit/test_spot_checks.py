@@ -73,3 +73,52 @@ def test_ban_list_counts_each_report_once():
         bans.observe("c1", [ok, failed("bad", "c1", 0)])
         bans.observe("c2", [failed("bad", "c1", 1)])              # not c2's own report: ignored
     assert bans.counts == {"passed": 1, "failed": 1}
+
+
+# ---- issue 24: reports count only from the checked hop's receiver on a published route ----
+
+# stage of each peer; o is the origin (stage 0), p and q replicas of stage 1, z stage 2
+STAGES = {"o": 0, "p": 1, "q": 1, "z": 2, "s1": 2, "s2": 2}
+PATHS = {0: ["o", "p", "z"], 1: ["o", "q", "z"], 2: ["o", "p"]}      # mb 2: p's output goes back to o
+
+
+def failed_at(suspect, checker, iteration, mb, epoch=3, stage=1):
+    return report(compare_outputs(torch.ones(3) * 2, torch.ones(3)), suspect, checker, epoch, iteration, mb, stage)
+
+
+def published_app():
+    from bench.support.memory_swarm import make_schedule
+    from coordinator.app import CoordinatorApp
+    from coordinator.config import CoordinatorConfig
+    app = CoordinatorApp(CoordinatorConfig(run="t", num_stages=3, skip_ratio=0.0))
+    app._adopt(make_schedule("t", STAGES, PATHS, epoch=3))
+    return app
+
+
+def test_receivers_of_a_hop_are_the_next_hop_or_the_origin():
+    from swarmcore.schedule_history import spot_check_receivers
+    schedule = published_app().schedules[-1]
+    route = {r.microbatch_id: r for r in schedule.routes}
+    assert spot_check_receivers(route[0], "p", 1) == {"z"}
+    assert spot_check_receivers(route[2], "p", 1) == {"o"}            # the last hop's output: the origin
+    assert spot_check_receivers(route[0], "p", 2) == set()            # not p's stage on that route
+    assert spot_check_receivers(route[0], "o", 0) == set()            # the origin's hop is never checked
+
+
+def test_two_sybil_identities_cannot_ban_an_honest_peer():
+    app = published_app()
+    bans = app.bans                                   # the coordinator's, wired to its published routes
+    assert bans.routes is not None
+    for sybil in ("s1", "s2"):                        # members, but never p's receivers
+        assert bans.observe(sybil, [failed_at("p", sybil, i, mb) for i in range(5) for mb in (0, 1, 2)]) == []
+    assert bans.observe("o", [failed_at("p", "o", i, 0) for i in range(5)]) == []   # o sends to p on mb 0
+    assert bans.observe("z", [failed_at("q", "z", i, 0) for i in range(5)]) == []   # q is not on mb 0
+    assert bans.observe("z", [failed_at("p", "z", i, 0, epoch=99) for i in range(5)]) == []   # unpublished
+    assert not bans.banned and bans.counts == {"passed": 0, "failed": 0} and bans.ignored_reports > 30
+
+
+def test_reports_from_the_real_receivers_still_ban():
+    bans = published_app().bans
+    assert bans.observe("z", [failed_at("p", "z", 0, 0)]) == []
+    assert bans.observe("o", [failed_at("p", "o", 1, 2)]) == ["p"]    # z on mb 0, the origin on mb 2
+    assert "q" not in bans.banned and bans.counts["failed"] == 2

@@ -25,7 +25,7 @@ def advert(peer: str, i: int, state=PeerState.ONLINE) -> PeerAdvert:
     return PeerAdvert(peer_id=peer, state=state, device="cpu", memory_free_bytes=2**30,
                       fwd_s_per_layer_sample=1e-3 * (1 + i % 2), maddrs=(f"/ip4/127.0.0.1/tcp/{4000 + i}/p2p/{peer}",),
                       public_name=f"<b>peer{i}</b>", timestamp=time.time() - 1.0, num_layers=6, reachability="local-only",
-                      activation_bytes_per_sample=4096, param_bytes_per_layer=10_000, memory_microbatches=4)
+                      activation_bytes_per_sample=32 * 64 * 4, param_bytes_per_layer=10_000, memory_microbatches=4)
 
 
 def report(peer, iteration, start, took, **counts):
