@@ -107,6 +107,8 @@ def render_metrics(app) -> str:
         e.gauge("skippipe_peer_iteration", "the iteration this peer is working on", worker.ledger.iteration)
         stage = worker.seat.stage
         e.gauge("skippipe_peer_stage", "hosted stage (-1: none yet)", -1 if stage is None else stage)
+        e.counter("skippipe_peer_stale_stage_starts_total", "stages taken mid-run without their current state "
+                  "(fresh weights or an older checkpoint: training lost)", worker.seat.stale_starts)
         e.gauge("skippipe_peer_iteration_seconds", "duration of the last finished iteration", took)
         e.gauge("skippipe_peer_tokens_per_second", "tokens/s of the last iteration (stage-0 peers)", tokens_s)
         for kind, n in totals(worker.ledger.history).items():

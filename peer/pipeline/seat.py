@@ -23,6 +23,7 @@ class StageSeat:
         self.runner: StageRunner | None = None
         self.stage: int | None = None
         self.stepped_iteration = -1           # the last iteration whose step is done
+        self.stale_starts = 0                 # stages taken mid-run without their current state
         # one thread: compute stays off the event loop (heartbeats keep flowing) and in order
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compute")
 
@@ -43,6 +44,17 @@ class StageSeat:
         if self.checkpoints is None:
             return None
         return await self.compute(self.checkpoints.load, self.runner, stage)
+
+    def note_stale_start(self, stage: int, iteration: int, checkpoint: int | None) -> None:
+        """We host `stage` from `iteration` on without its current state (no live replica gave it):
+        loudly, because what the stage learned since is lost (issue 25: this once happened silently)."""
+        self.stale_starts += 1
+        if checkpoint is None:
+            logger.error("stage %d starts from FRESH weights at iteration %d: no live replica gave its state and "
+                         "no checkpoint of it is here (--checkpoint-dir); what it had learned is lost", stage, iteration)
+        else:
+            logger.error("stage %d resumes at iteration %d from its checkpoint of iteration %d: no live replica gave "
+                         "its current state; what it learned in between is lost", stage, iteration, checkpoint)
 
     async def checkpoint(self, iteration: int, data_cursor: dict | None) -> None:
         """Save after `iteration` if one is due: only the snapshot is on the compute thread, a

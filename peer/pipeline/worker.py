@@ -150,8 +150,11 @@ class PipelineWorker:
             # (a resumed run re-partitions before anyone trains: every replica of the stage may
             # be new to it, and asking each other would only wait out the timeout)
             current = done is not None and done + 1 == ledger.iteration
+            copied = False
             if ledger.iteration > 0 and not current and len(pv.replicas(schedule, stage)) > 1:
-                await self.rejoin.copy_state(schedule, stage)  # late join: the replicas' state
+                copied = await self.rejoin.copy_state(schedule, stage)  # late join: the replicas' state
+            if ledger.iteration > 0 and not current and not copied:
+                seat.note_stale_start(stage, ledger.iteration, done)
             seat.stepped_iteration = ledger.iteration - 1
         return schedule
 

@@ -108,3 +108,30 @@ def test_a_poisoned_gradient_share_is_left_out_and_the_honest_replicas_stay_iden
     assert torch.equal(a1.seat.runner.parameter_vector(), b1.seat.runner.parameter_vector())
     assert a1.seat.runner.stepped_with[1] == 6          # a1's 4 samples and b1's 2, not c1's 2
     assert torch.isfinite(a1.seat.runner.parameter_vector()).all()
+
+
+def test_a_stage_taken_mid_run_without_its_state_is_said_loudly_and_counted(caplog):
+    # issue 25: a peer that took an emptied stage restarted it from fresh weights with no log line
+    import dataclasses
+    import logging
+    from bench.support.memory_swarm import build_memory_swarm
+    stage_of = {"p0": 0, "p1": 1}
+    spec = m.RunSpec(**{**SPEC.__dict__, "num_stages": 2, "max_steps": 4})
+    batch, _ = batches_for(spec)
+
+    async def go(start: int):
+        schedule = dataclasses.replace(make_schedule("t", stage_of, {0: ["p0", "p1"]}), start_iteration=start)
+        _, workers = await build_memory_swarm(spec, schedule, batch, 60.0, None, "float32")
+        await asyncio.wait_for(asyncio.gather(*(w.run() for w in workers.values())), 60.0)
+        return workers
+    with caplog.at_level(logging.ERROR):
+        workers = asyncio.run(go(start=3))               # the run is at iteration 3: its stages had state
+    assert all(w.seat.stale_starts == 1 for w in workers.values())
+    assert "stage 1 starts from FRESH weights at iteration 3" in caplog.text
+    from peer.app import PeerApp
+    from peer.config import PeerConfig
+    from peer.metrics import render_metrics
+    app = PeerApp(PeerConfig(initial_peers=("/ip4/127.0.0.1/tcp/1/p2p/Qm",)))
+    app.worker = workers["p1"]
+    assert "skippipe_peer_stale_stage_starts_total 1" in render_metrics(app)
+    assert all(w.seat.stale_starts == 0 for w in asyncio.run(go(start=0)).values())   # a new run: nothing lost
