@@ -71,81 +71,117 @@ def rate_0_1(text: str) -> float:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = OneLineErrorParser(prog="skippipe-peer", description=DESCRIPTION, epilog=EPILOG,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
-    dev = p.add_mutually_exclusive_group()
+def _device_flags(p: argparse.ArgumentParser) -> None:
+    """Where compute runs and what travels."""
+    g = p.add_argument_group("device and wire")
+    dev = g.add_mutually_exclusive_group()
     dev.add_argument("--gpu", type=int, metavar="N", help="use CUDA device N")
     dev.add_argument("--device", default="cpu",
                      help="torch device when --gpu is not given: cpu, cuda:N, or mps on Apple silicon (default: cpu)")
-    p.add_argument("--max-vram", type=vram_size, default=0, metavar="SIZE",
+    g.add_argument("--max-vram", type=vram_size, default=0, metavar="SIZE",
                    help="GPU memory this peer may use, e.g. 12GB (default: the whole GPU); reserved at start")
-    p.add_argument("--wire-dtype", choices=WIRE_CHOICES, default="auto",
+    g.add_argument("--wire-dtype", choices=WIRE_CHOICES, default="auto",
                    help="dtype of activations sent to other peers (default auto: bfloat16 on GPU, float32 on CPU)")
-    p.add_argument("--share-dtype", choices=SHARE_DTYPES, default=PeerConfig.share_dtype,
+    g.add_argument("--share-dtype", choices=SHARE_DTYPES, default=PeerConfig.share_dtype,
                    help="dtype of the gradients replicas of a stage exchange each iteration: float32 exact, "
                         f"float16 half the bytes, int8 about a quarter (blockwise quantised, a scale per {SHARE_BLOCK} "
                         "values); all replicas still end bit-identical (default: %(default)s)")
-    p.add_argument("--initial-peers", type=multiaddr, nargs="+", required=True, metavar="MADDR",
+
+
+def _swarm_flags(p: argparse.ArgumentParser) -> None:
+    """Which swarm and run, where to listen, which stage."""
+    g = p.add_argument_group("joining a swarm")
+    g.add_argument("--initial-peers", type=multiaddr, nargs="+", required=True, metavar="MADDR",
                    help="multiaddr(s) of a running coordinator or peer, as printed by skippipe-coordinator")
-    p.add_argument("--run", type=run_address, default=("default", ""), metavar="NAME[@KEY]",
+    g.add_argument("--run", type=run_address, default=("default", ""), metavar="NAME[@KEY]",
                    help="training run to join, as the coordinator prints it: NAME@KEY accepts the run's spec and "
                         "schedules only when signed by that organiser key; a plain NAME trusts the first key it "
                         "sees (default: default)")
-    p.add_argument("--stage", type=stage_arg, default=STAGE_AUTO, metavar="auto|K",
+    g.add_argument("--stage", type=stage_arg, default=STAGE_AUTO, metavar="auto|K",
                    help="pipeline stage to host; 'auto' lets the coordinator choose (default)")
-    p.add_argument("--host-maddrs", type=multiaddr, nargs="+", default=["/ip4/0.0.0.0/tcp/0"], metavar="MADDR",
+    g.add_argument("--host-maddrs", type=multiaddr, nargs="+", default=["/ip4/0.0.0.0/tcp/0"], metavar="MADDR",
                    help="where to listen (default: all IPv4 interfaces, random TCP port)")
-    p.add_argument("--announce-maddrs", type=multiaddr, nargs="+", default=[], metavar="MADDR",
+    g.add_argument("--announce-maddrs", type=multiaddr, nargs="+", default=[], metavar="MADDR",
                    help="public addresses to advertise, if behind NAT with a forwarded port")
-    p.add_argument("--data", type=data_path, metavar="PATH",
+
+
+def _data_flags(p: argparse.ArgumentParser) -> None:
+    """Training data, caches and checkpoints."""
+    g = p.add_argument_group("data and checkpoints")
+    g.add_argument("--data", type=data_path, metavar="PATH",
                    help="a dataset folder built by `skippipe-coordinator data` (its manifest and hashes are checked), "
                         "or a text file or folder of .txt files as bytes (default: the embedded corpus)")
-    p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR,
+    g.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE_DIR,
                    help="where benchmark results are cached (default: ~/.cache/skippipe)")
-    p.add_argument("--checkpoint-dir", type=Path,
+    g.add_argument("--checkpoint-dir", type=Path,
                    help="save this stage's state here (safetensors weights + optimizer state) and resume from it")
-    p.add_argument("--save-every", type=positive_int, default=PeerConfig.save_every, metavar="N",
+    g.add_argument("--save-every", type=positive_int, default=PeerConfig.save_every, metavar="N",
                    help="with --checkpoint-dir: save after every N-th iteration and the last (default: %(default)s)")
-    p.add_argument("--keep-last", type=positive_int, default=PeerConfig.keep_last, metavar="K",
+    g.add_argument("--keep-last", type=positive_int, default=PeerConfig.keep_last, metavar="K",
                    help="with --checkpoint-dir: keep the K newest checkpoints of the stage (default: %(default)s)")
-    p.add_argument("--max-activations", type=positive_int, default=8, metavar="N",
+
+
+def _runtime_flags(p: argparse.ArgumentParser) -> None:
+    """Memory, timing and reporting while training."""
+    g = p.add_argument_group("running")
+    g.add_argument("--max-activations", type=positive_int, default=8, metavar="N",
                    help="microbatch activations held for backward at once (default: 8)")
-    p.add_argument("--announce-period", type=float, default=1.5, metavar="S",
+    g.add_argument("--announce-period", type=float, default=1.5, metavar="S",
                    help="seconds between adverts; they expire after twice this, and the schedule and the other "
                         "peers' adverts are read every half of it, at most once a second (default: 1.5)")
-    p.add_argument("--linger", type=float, default=5.0, metavar="S",
+    g.add_argument("--linger", type=float, default=5.0, metavar="S",
                    help="seconds to stay after the run's last iteration, serving and re-publishing the last "
                         "progress report so the coordinator sees the end (default: 5; skippipe-swarm, which "
                         "stops its peers itself, gives 60)")
-    p.add_argument("--status-interval", type=float, default=10.0, metavar="S",
+    g.add_argument("--status-interval", type=float, default=10.0, metavar="S",
                    help="seconds between one-line status prints (default: 10)")
-    p.add_argument("--link-probe-period", type=non_negative_s, default=30.0, metavar="S",
+    g.add_argument("--link-probe-period", type=non_negative_s, default=30.0, metavar="S",
                    help="seconds between link probes (RTT and bandwidth to every other peer, for the planner); "
                         "0 turns them off, e.g. when the links are emulated from a topology file (default: 30)")
-    p.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads (default: 1)")
-    p.add_argument("--public-name", default="", help="a name shown to other people in the swarm")
-    p.add_argument("--no-benchmark", action="store_true", help="skip the start-up layer benchmark")
-    p.add_argument("--identity", type=Path, metavar="FILE",
+    g.add_argument("--threads", type=positive_int, default=1, help="torch CPU threads (default: 1)")
+    g.add_argument("--public-name", default="", help="a name shown to other people in the swarm")
+    g.add_argument("--no-benchmark", action="store_true", help="skip the start-up layer benchmark")
+
+
+def _security_flags(p: argparse.ArgumentParser) -> None:
+    """Identity, admission and abuse limits."""
+    g = p.add_argument_group("identity and security")
+    g.add_argument("--identity", type=Path, metavar="FILE",
                    help="keep this peer's key (its peer id) in FILE, created with mode 0600 if missing "
                         "(default: a new identity each start)")
-    p.add_argument("--join-key", type=Path, metavar="FILE", help="the run's join secret, if it requires one")
-    p.add_argument("--max-requests-per-s", type=positive_rate, default=100.0, metavar="R",
+    g.add_argument("--join-key", type=Path, metavar="FILE", help="the run's join secret, if it requires one")
+    g.add_argument("--max-requests-per-s", type=positive_rate, default=100.0, metavar="R",
                    help="requests per second accepted from one peer before answering OVERLOADED (default: 100)")
-    p.add_argument("--spot-check-rate", type=rate_0_1, default=0.0, metavar="F",
+    g.add_argument("--spot-check-rate", type=rate_0_1, default=0.0, metavar="F",
                    help="share of the forwards we send that another replica recomputes, to catch peers returning "
                         "wrong activations (0..1; default: 0, off; see docs/security.md, \"Wrong results\")")
-    p.add_argument("--fault", type=fault_spec, default="", metavar="SPEC",
+
+
+def _testing_flags(p: argparse.ArgumentParser) -> None:
+    """Fault injection, metrics and emulation (testing and operations)."""
+    g = p.add_argument_group("metrics and testing")
+    g.add_argument("--fault", type=fault_spec, default="", metavar="SPEC",
                    help="testing only: inject faults, e.g. kill@3:backward, stall@5:10 or corrupt@2 (see peer/chaos.py)")
-    p.add_argument("--metrics-port", type=port_or_off, default=None, metavar="PORT|off",
+    g.add_argument("--metrics-port", type=port_or_off, default=None, metavar="PORT|off",
                    help="serve Prometheus /metrics and /api/status on this port (0: any free port; default: off)")
-    p.add_argument("--metrics-host", default="127.0.0.1",
+    g.add_argument("--metrics-host", default="127.0.0.1",
                    help="address for --metrics-port (default: 127.0.0.1; 0.0.0.0 to expose it)")
-    p.add_argument("--topology", type=Path, metavar="FILE",
+    g.add_argument("--topology", type=Path, metavar="FILE",
                    help="testing: emulate the links and compute slowdown of this topology file (needs --node-id)")
-    p.add_argument("--node-id", default="", metavar="ID", help="which node of --topology this peer is")
-    p.add_argument("--node-map", type=Path, metavar="FILE",
+    g.add_argument("--node-id", default="", metavar="ID", help="which node of --topology this peer is")
+    g.add_argument("--node-map", type=Path, metavar="FILE",
                    help="JSON {peer id: node id} naming the other peers' nodes (skippipe-swarm writes it)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = OneLineErrorParser(prog="skippipe-peer", description=DESCRIPTION, epilog=EPILOG,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    _device_flags(p)
+    _swarm_flags(p)
+    _data_flags(p)
+    _runtime_flags(p)
+    _security_flags(p)
+    _testing_flags(p)
     add_logging_flags(p, "INFO")
     add_config_flag(p)
     add_version_flag(p)
