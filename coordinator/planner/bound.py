@@ -8,14 +8,16 @@ and the path length L, and drops everything that makes scheduling hard:
   path(o), the shortest such route (links both ways, forward and backward compute, o's own
   stage-0 forward + head + backward), found exactly by a shortest path over (stages visited,
   node);
-- o holds each of its microbatches from its forward to its backward, `memory` at a time, so
-  its M microbatches take at least ceil(M / memory) x path(o); and o computes all of its own
+- o holds each of its microbatches from its forward to its backward, `memory` at a time, and
+  starts them one stage-0 forward after another: with microbatches numbered by start time,
+  s_j >= s_{j-1} + forward0 and s_j >= s_{j-memory} + path(o) (when j starts, at most memory - 1
+  of the first j are still held, so one numbered j - memory or later has ended), and the
+  iteration lasts at least s_{M-1} + path(o); the same holds backwards in time with o's
+  stage-0 backwards, which end one after another (`lanes_bound`). And o computes all of its own
   stage-0 work alone: M x (forward + head + backward);
 - the other nodes share all microbatches' non-stage-0 compute at best evenly: total / count.
 The bound is the largest of these; the gradient exchange and the boundary are left out.
 """
-import math
-
 import numpy as np
 
 from coordinator.planner.costs import CostModel
@@ -51,6 +53,17 @@ def cheapest_route(cost: CostModel, origin: int, stage_nodes: dict[int, list[int
     return own + back
 
 
+def lanes_bound(count: int, memory: int, path: float, serial: float) -> float:
+    """The least time `count` microbatches of one origin take when each lasts `path`, at most
+    `memory` are held at once, and consecutive ones start at least `serial` apart (see the
+    module docstring)."""
+    memory = max(1, memory)
+    starts: list[float] = []
+    for j in range(count):
+        starts.append(max(starts[j - 1] + serial if j else 0.0, starts[j - memory] + path if j >= memory else 0.0))
+    return starts[-1] + path if starts else 0.0
+
+
 def lower_bound(schedule: Schedule, topology: Topology, cost: CostModel | None = None) -> float:
     """Seconds: no schedule of this partition, microbatches and path length runs an iteration
     faster (see the module docstring). 0.0 for a schedule without routes."""
@@ -70,7 +83,8 @@ def lower_bound(schedule: Schedule, topology: Topology, cost: CostModel | None =
         o = cost.index[origin]
         own = cost.fwd_list[o][0] + cost.bwd_list[o][0] + cost.head_list[o]
         path = cheapest_route(cost, o, stage_nodes, extra)
-        bound = max(bound, count * own, math.ceil(count / max(1, cost.memory[o])) * path)
+        serial = max(cost.fwd_list[o][0], cost.bwd_list[o][0])    # forwards start, backwards end, in series
+        bound = max(bound, count * own, lanes_bound(count, cost.memory[o], path, serial))
     work = sorted(min(cost.fwd_list[r][s] + cost.bwd_list[r][s] for r in rs) for s, rs in stage_nodes.items() if s != 0)
     others = sum(1 for s in stage_of.values() if s != 0)
     if others and extra:

@@ -28,6 +28,25 @@ def test_an_origin_with_one_memory_slot_runs_its_microbatches_one_after_another(
     assert predict(three, t).period_s >= lower_bound(three, t) - 1e-9
 
 
+def test_an_origin_starts_its_microbatches_one_stage_0_forward_apart():
+    # three slots, three microbatches: none waits for memory, but n0 runs one stage-0 forward
+    # (1 s) and one stage-0 backward (1.5 s) at a time, so the last one ends 2 x 1.5 s after a
+    # single microbatch's 12.15 s at best; the simulator (which must respect it) takes longer
+    t = topo(fwd=(1.0, 2.0), param=0)
+    three = sched([(mb, [(0, "n0"), (1, "n1")]) for mb in range(3)], {"n0": 0, "n1": 1})
+    assert lower_bound(three, t) == pytest.approx(12.15 + 2 * 1.5)
+    assert predict(three, t).period_s >= lower_bound(three, t) - 1e-9
+
+
+def test_lanes_bound_counts_memory_rounds_and_serial_starts():
+    from coordinator.planner.bound import lanes_bound
+    assert lanes_bound(1, 3, 10.0, 1.0) == 10.0
+    assert lanes_bound(3, 3, 10.0, 1.0) == 12.0          # starts 0, 1, 2
+    assert lanes_bound(6, 3, 10.0, 1.0) == 22.0          # starts 0, 1, 2, 10, 11, 12
+    assert lanes_bound(4, 1, 10.0, 1.0) == 40.0          # one slot: one after another
+    assert lanes_bound(0, 3, 10.0, 1.0) == 0.0
+
+
 @pytest.mark.parametrize("preset,seed", [("geo", 0), ("geo", 1), ("clusters", 2)])
 @pytest.mark.parametrize("strategy,skip", [("skippipe", 1 / 3), ("full", 0.0)])
 def test_planned_schedules_never_beat_the_bound(preset, seed, strategy, skip):
