@@ -5,7 +5,7 @@ argparse parsers.
     python -m tools.gen_config_docs --check    # exit 1 if it is out of date
 
 Run it from the repository root after adding, renaming or changing a flag (its help, default
-or choices); tests/unit/test_config_docs.py fails while the file is out of date.
+or choices); tests/unit/tools/test_config_docs.py fails while the file is out of date.
 
 Where the parsers are found (change these when a CLI moves):
 - `console_scripts()`: the scripts of pyproject.toml's [project.scripts], each `module:main`;

@@ -1,6 +1,6 @@
 """Discrete-event simulator of one training iteration of a Schedule.
 
-Model (hand-checkable, see tests/unit/test_simulate.py):
+Model (hand-checkable, see tests/unit/coordinator/test_simulate.py):
 - Each microbatch is a chain of tasks: F(hop 0) ... F(hop L-1), H (head + loss on the origin),
   B(hop L-1) ... B(hop 0). Between consecutive tasks on different nodes the activation (or its
   gradient) is transferred: latency + bytes / bandwidth (+ the cost model's fixed hop cost).

@@ -25,7 +25,7 @@ from peer.transport.hivemind_p2p import HivemindTransport
 from peer.transport.rpc import RpcClient, RpcServer
 from bench.support.memory_swarm import make_schedule
 from bench.support import rogue
-from tests.unit.codec_support import any_message
+from tests.unit.protocol.codec_support import any_message
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 SPEC = m.RunSpec(run="t", model="tiny", num_stages=2, skip_ratio=0.0, microbatch_samples=2, seq_len=8)

@@ -23,7 +23,7 @@ from bench.support.rogue import FORGED_SPEED, LYING_LAYERS
 from coordinator.swarm_view import SwarmSnapshot, to_topology
 from bench.support.soak import rss_mb, start_rogue, stop_rogue
 from tests.swarm.status_dom import CHROMIUM, Dom, chromium, metrics_url
-from tests.unit.test_status_prom import samples
+from tests.unit.opsweb.test_status_prom import samples
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 PEERS, STAGES = 4, 3              # equal peers: the planner gives stage 2 two replicas, the others one

@@ -13,7 +13,7 @@ from peer import cli as peer_cli
 from swarmcore.cli.support import skip_ratio
 from protocol.version import PACKAGE_VERSION, package_version
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PEER_ID = "12D3KooWS4Lu25p9TxgZAhwHZLN4x3kUmptgqzJLyoiFP89cXYE4"
 MADDR = f"/ip4/127.0.0.1/tcp/4000/p2p/{PEER_ID}"
 SCRIPTS = {"skippipe-coordinator": coordinator_cli.main, "skippipe-peer": peer_cli.main,

@@ -8,12 +8,12 @@ import pytest
 from coordinator.planner import PlanConfig, plan, predict
 from coordinator.planner.bound import lower_bound
 from coordinator.planner.presets import make_topology
-from tests.unit.test_steady import sched, topo
+from tests.unit.coordinator.test_steady import sched, topo
 
 
 def test_one_microbatch_on_a_chain_meets_the_bound_exactly():
     # n0 -> n1 and back, no replicas, nothing to exchange: F0 1 + hop 1.1 + F1 2 + hop 1.1 +
-    # head 0.25 + hop 1.1 + B1 3 + hop 1.1 + B0 1.5 = 12.15 (tests/unit/test_steady.py's numbers)
+    # head 0.25 + hop 1.1 + B1 3 + hop 1.1 + B0 1.5 = 12.15 (tests/unit/coordinator/test_steady.py's numbers)
     t = topo(fwd=(1.0, 2.0), param=0)
     chain = sched([(0, [(0, "n0"), (1, "n1")])], {"n0": 0, "n1": 1})
     assert lower_bound(chain, t) == pytest.approx(12.15)

@@ -7,7 +7,7 @@ import tomllib
 from importlib.metadata import packages_distributions
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 OURS = {"protocol", "opsweb", "coordinator", "peer", "modelconfig", "tokendata", "swarmcore", "launcher"}
 
 

@@ -35,7 +35,7 @@ def sched(routes, stage_of):
 
 
 # n0 stage 0 (the origin), n1 and n2 replicas of stage 1; one microbatch via n2. Cold iteration
-# (tests/unit/test_simulate.py): F0 [0,1], F1 [2.1,4.1], head [5.2,5.45], B1 [6.55,9.55], B0 [10.65,12.15].
+# (tests/unit/coordinator/test_simulate.py): F0 [0,1], F1 [2.1,4.1], head [5.2,5.45], B1 [6.55,9.55], B0 [10.65,12.15].
 REPLICATED = sched([(0, [(0, "n0"), (1, "n2")])], {"n0": 0, "n1": 1, "n2": 1})
 
 

@@ -39,7 +39,7 @@ from pathlib import Path
 
 
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PACKAGES = ("protocol", "coordinator", "peer", "opsweb", "tokendata", "modelconfig", "swarmcore", "launcher")
 STDLIB = frozenset(sys.stdlib_module_names)
 NETWORKING = {"socket", "ssl", "http", "urllib", "asyncio", "selectors", "socketserver",

@@ -16,7 +16,7 @@ from coordinator.swarm_view import SwarmSnapshot, to_topology
 from opsweb.server import StatusServer
 from protocol.adverts import LinkMeasurement, LinkReport, PeerAdvert, PeerState
 from protocol.messages import IterationReport, MicrobatchCounts
-from tests.unit.test_status_prom import samples
+from tests.unit.opsweb.test_status_prom import samples
 
 PEERS = [f"Qm{c * 20}" for c in "ABCDEF"]
 

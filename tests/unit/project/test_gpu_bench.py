@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "gpu.py"
+BENCH = Path(__file__).resolve().parents[3] / "bench" / "gpu.py"
 
 
 def load_bench():

@@ -15,7 +15,7 @@ from coordinator.cli import main
 from tokendata.manifest import verify_dataset
 from tokendata.tokenizer import load_tokenizer
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_tokenizer_then_data(tmp_path, capsys):

@@ -1,6 +1,6 @@
 """A peer's --data DIR: a dataset folder with a missing shard, or a missing path, is refused in
 one line on the command line (peer/training_data.py verifies hashes and samples a folder once
-the run spec is known: tests/unit/test_training_data.py)."""
+the run spec is known: tests/unit/peer/test_training_data.py)."""
 from __future__ import annotations
 
 import shutil

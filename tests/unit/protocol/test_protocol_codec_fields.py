@@ -18,7 +18,7 @@ from protocol.plain import to_plain
 from protocol.schedule import Schedule
 from protocol.tensors import TensorChunk
 from protocol.version import PROTOCOL_MAJOR, PROTOCOL_MINOR
-from tests.unit.codec_support import SAMPLES, any_message, assert_only_protocol_errors, code, frame
+from tests.unit.protocol.codec_support import SAMPLES, any_message, assert_only_protocol_errors, code, frame
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import pytest
 
 yaml = pytest.importorskip("yaml")   # PyYAML: a dev dependency (and hivemind's)
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 METRIC_SOURCES = ("peer/metrics.py", "coordinator/status.py")
 
 

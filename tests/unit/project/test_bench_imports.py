@@ -3,7 +3,7 @@ itself (bench/support/), and the tests import it from there."""
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def uses_of_tests(source: str) -> list[str]:

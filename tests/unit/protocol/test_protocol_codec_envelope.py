@@ -10,7 +10,7 @@ from protocol import messages as m
 from protocol.errors import DecodeError, ErrorCode, ProtocolError, UnknownMessageType, VersionMismatch
 from protocol.plain import to_plain
 from protocol.version import PROTOCOL_MAJOR, PROTOCOL_MINOR
-from tests.unit.codec_support import SAMPLES, code, frame
+from tests.unit.protocol.codec_support import SAMPLES, code, frame
 
 
 # ---------------------------------------------------------------------------------------------

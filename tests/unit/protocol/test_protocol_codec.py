@@ -1,6 +1,6 @@
 """The msgpack envelope codec: round trips of every message type, garbage, truncation and
 size limits (only ProtocolError subclasses may ever escape `decode`). Strategies and samples:
-tests/unit/codec_support.py; envelope and versions: test_protocol_codec_envelope.py; fields,
+tests/unit/protocol/codec_support.py; envelope and versions: test_protocol_codec_envelope.py; fields,
 mutations and the exception tree: test_protocol_codec_fields.py."""
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from protocol import messages as m
 from protocol.adverts import PeerAdvert, PeerState
 from protocol.errors import DecodeError, ErrorCode, MessageTooLarge
 from protocol.version import PROTOCOL_MAJOR, PROTOCOL_MINOR
-from tests.unit.codec_support import FAST, SAMPLES, assert_only_protocol_errors, code, frame, strategy_for
+from tests.unit.protocol.codec_support import FAST, SAMPLES, assert_only_protocol_errors, code, frame, strategy_for
 
 
 @settings(max_examples=15, deadline=None)   # each example draws every type; the round trips draw far more

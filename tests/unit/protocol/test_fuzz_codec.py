@@ -16,7 +16,7 @@ from protocol.version import PROTOCOL_VERSION
 
 from peer.compute import tensor_codec
 from peer.compute.errors import BadTensor
-from tests.unit.codec_support import any_message
+from tests.unit.protocol.codec_support import any_message
 
 MANY = settings(max_examples=1500, deadline=None, suppress_health_check=list(HealthCheck))
 SOME = settings(max_examples=800, deadline=None, suppress_health_check=list(HealthCheck))

@@ -11,7 +11,7 @@ from peer.metrics import MeteredTransport, PeerMetrics, metrics_routes, render_m
 from peer.reachability import is_public, self_test, split_maddr
 from peer.transport.base import TransportError
 from peer.transport.memory import MemoryNetwork
-from tests.unit.test_status_prom import samples
+from tests.unit.opsweb.test_status_prom import samples
 
 
 async def test_metered_transport_counts_bytes_latency_and_inbound_peers():

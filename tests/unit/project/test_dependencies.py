@@ -1,10 +1,10 @@
-"""The dependency rules of tests/unit/dependency_rules.py (see its docstring, and docs/architecture.md
+"""The dependency rules of tests/unit/project/dependency_rules.py (see its docstring, and docs/architecture.md
 "Dependency direction") checked on the real tree, and the checker tried on synthetic sources."""
 from __future__ import annotations
 
 import pytest
 
-from tests.unit.dependency_rules import (PACKAGES, ROOT, check_source, import_cycles, import_graph, imports_of,
+from tests.unit.project.dependency_rules import (PACKAGES, ROOT, check_source, import_cycles, import_graph, imports_of,
                                         known_modules_of, module_name, source_files, top_level_packages)
 
 # ---------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from coordinator.planner.costs import CostModel
 from coordinator.planner.entry import split_batch
 from coordinator.planner.presets import make_topology
 from protocol.errors import FieldError
-from tests.unit.test_steady import topo
+from tests.unit.coordinator.test_steady import topo
 
 
 def with_batch(t, g):
