@@ -31,9 +31,9 @@ from coordinator.data_setup import RunData, resolve_run_data, servable_files
 from coordinator.dht_io import CoordinatorRecords
 from coordinator.organiser_key import OrganiserKeyError, load_or_create_organiser_key, run_address
 from coordinator.planner import PlanConfig, PlanningError, plan
-from coordinator.progress import IterationSummary, ProgressTracker
-from coordinator.replanner import CollapseGuard, MembershipTracker, ReplanPolicy, switch_iteration
-from coordinator.status import StatusView
+from coordinator.iteration_summaries import IterationSummary, ProgressTracker
+from coordinator.replanner import CollapseGuard, PresenceTracker, ReplanPolicy, switch_iteration
+from coordinator.status_page import StatusView
 from coordinator.advert_check import AdvertGate
 from coordinator.swarm_view import BanList, NotPlannable, SwarmSnapshot, to_topology
 
@@ -100,7 +100,7 @@ class CoordinatorApp:
         self.schedules: list[Schedule] = []
         self.progress = ProgressTracker()
         self.summaries: list[IterationSummary] = []
-        self.membership = MembershipTracker(ReplanPolicy(min_peers=max(1, config.min_peers),
+        self.presence = PresenceTracker(ReplanPolicy(min_peers=max(1, config.min_peers),
                                                          hold_s=config.replan_hold_s))
         self.finished = False
         self.replans: list[dict] = []       # every published epoch: when, why, from which iteration
@@ -219,10 +219,10 @@ class CoordinatorApp:
             snapshot = self.snapshot
         self.snapshot = snapshot
         self.status.observe(snapshot)
-        self.membership.observe(frozenset(snapshot.online), now)
-        if self.membership.should_plan(now):
+        self.presence.observe(frozenset(snapshot.online), now)
+        if self.presence.should_plan(now):
             await self._replan(snapshot)
-            self.membership.planned_now(now)
+            self.presence.planned_now(now)
         self.progress.add(await self.records.get_progress())
         pending = {i: dict(r) for i, r in self.progress.reports.items()}  # complete() drops them
         online = snapshot.online
@@ -274,7 +274,7 @@ class CoordinatorApp:
         self.topology = topology
         self.replans.append({"epoch": epoch, "published_at": time.time(), "start_iteration": schedule.start_iteration,
                              "peers": len(topology.nodes), "predicted_iteration_s": schedule.predicted_iteration_s,
-                             "membership_changed_at": time.time() - (time.monotonic() - self.membership.changed_at)})
+                             "membership_changed_at": time.time() - (time.monotonic() - self.presence.changed_at)})
         stages = {}
         for peer, stage in schedule.stage_of().items():
             stages.setdefault(stage, []).append(peer[:8])

@@ -21,7 +21,9 @@ class ReplanPolicy:
 
 
 @dataclass
-class MembershipTracker:
+class PresenceTracker:
+    """Which peers are online, debounced per peer, and when that set calls for a re-plan.
+    (Presence, not membership: membership is the join key's admission, protocol/membership.py.)"""
     policy: ReplanPolicy
     members: frozenset[str] = frozenset()     # debounced
     changed_at: float = 0.0                   # when `members` last changed

@@ -2,7 +2,7 @@
 import collections
 from pathlib import Path
 
-from coordinator.progress import IterationSummary
+from coordinator.iteration_summaries import IterationSummary
 from swarmcore.outcomes import OUTCOMES
 from tokendata.cursor import expand_positions
 

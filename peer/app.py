@@ -16,7 +16,7 @@ from protocol.messages import IterationReport, MicrobatchCounts, ProgressRecord,
 
 from peer.config import PeerConfig
 from peer.startup_errors import StartupError   # raised here; importers of peer.app still find it
-from peer.emulation import EmulationError, emulate
+from peer.emulated_node import EmulationError, emulate
 from peer.security.guard import PeerGuard
 from peer.security.limits import coalesced
 from peer.discovery.announcer import Announcer

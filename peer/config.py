@@ -42,7 +42,7 @@ class PeerConfig:
     metrics_port: int | None = None           # /metrics and /api/status; None: off, 0: any free port
     metrics_host: str = "127.0.0.1"           # 0.0.0.0 to let a Prometheus elsewhere scrape it
     max_request_mb: int = 256                 # largest streamed tensor, and what one peer's half-received streams hold (all: 4x)
-    topology: Path | None = None              # emulate this topology file's links (peer/emulation.py)
+    topology: Path | None = None              # emulate this topology file's links (peer/emulated_node.py)
     node_id: str = ""                         # which node of --topology this peer is
     node_map: Path | None = None              # peer id -> node id of the other peers
 

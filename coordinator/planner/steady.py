@@ -13,7 +13,7 @@ iteration also has a boundary, and the next iteration starts while parts of it s
   peer_gap_s; then it starts: an origin its forwards, another peer
   the work that has come in meanwhile. So a peer that ends its boundary late (far replicas,
   a far origin's notice) delays the next iteration's microbatches that reach it early.
-One iteration as measured (coordinator/progress.py) runs from the first origin's start to the
+One iteration as measured (coordinator/iteration_summaries.py) runs from the first origin's start to the
 last origin's end (a span); the period is the time from one iteration's first start to the
 next one's, which is what bounds throughput (coordinator/planner/bound.py bounds it below). predict() replays iterations, each starting every node when its previous
 one let it go, until the start offsets repeat; a topology without replicas has no exchange cost.

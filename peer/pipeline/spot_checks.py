@@ -39,7 +39,7 @@ from peer.compute import tensor_codec
 from peer.pipeline import plan_view as pv
 from peer.routing.health import Health
 from peer.transport.rpc import RemoteError
-from peer.security.spot_check import DEFAULT_RTOL, SpotSampler, compare_outputs, report
+from peer.security.spot_check_rules import DEFAULT_RTOL, SpotSampler, compare_outputs, report
 
 logger = logging.getLogger(__name__)
 HALF_RTOL = 3e-2           # a 16-bit wire or compute dtype rounds each value to ~2**-8

@@ -10,7 +10,7 @@ from protocol import messages as m
 
 from coordinator.swarm_view import BanList
 from peer.chaos import corrupting, parse_faults
-from peer.security.spot_check import SpotSampler
+from peer.security.spot_check_rules import SpotSampler
 from bench.support.memory_swarm import batches_for, build_memory_swarm, make_schedule
 
 SPEC = m.RunSpec(run="t", model="tiny", num_stages=3, skip_ratio=0.0, seed=3, microbatch_samples=2, seq_len=8,

@@ -1,7 +1,7 @@
 """The coordinator's per-iteration summaries from the origins' bounded report windows."""
 from protocol.messages import IterationReport, MicrobatchCounts, ProgressRecord
 
-from coordinator.progress import ProgressTracker
+from coordinator.iteration_summaries import ProgressTracker
 
 
 def report(peer: str, i: int, positions=(), lost=()) -> IterationReport:

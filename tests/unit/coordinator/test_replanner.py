@@ -1,7 +1,7 @@
 """coordinator/replanner.py: when to (re-)plan, with hysteresis against flapping peers."""
 import pytest
 
-from coordinator.replanner import MembershipTracker, ReplanPolicy
+from coordinator.replanner import PresenceTracker, ReplanPolicy
 
 P = ReplanPolicy(min_peers=3, hold_s=2.0, min_gap_s=5.0)
 ABC = frozenset("abc")
@@ -9,7 +9,7 @@ ABCD = frozenset("abcd")
 
 
 def test_first_plan_needs_min_peers():
-    t = MembershipTracker(P)
+    t = PresenceTracker(P)
     t.observe(frozenset("ab"), 0.0)
     assert not t.should_plan(100.0)
     t.observe(ABC, 100.0)
@@ -17,7 +17,7 @@ def test_first_plan_needs_min_peers():
 
 
 def test_first_plan_waits_for_each_peer_to_be_stable():
-    t = MembershipTracker(P)
+    t = PresenceTracker(P)
     t.observe(ABC, 10.0)
     assert not t.should_plan(10.0) and not t.should_plan(11.9)
     t.observe(ABCD, 11.0)                  # d's own hold starts; a, b, c keep theirs
@@ -28,13 +28,13 @@ def test_first_plan_waits_for_each_peer_to_be_stable():
 
 
 def test_first_plan_is_not_held_back_by_min_gap():
-    t = MembershipTracker(ReplanPolicy(min_peers=1, hold_s=0.5, min_gap_s=1000.0))
+    t = PresenceTracker(ReplanPolicy(min_peers=1, hold_s=0.5, min_gap_s=1000.0))
     t.observe(ABC, 0.0)
     assert t.should_plan(0.5)
 
 
 def test_no_replan_while_membership_matches_the_plan():
-    t = MembershipTracker(P)
+    t = PresenceTracker(P)
     t.observe(ABC, 0.0)
     t.planned_now(2.0)
     assert not t.should_plan(2.0) and not t.should_plan(1000.0)
@@ -43,7 +43,7 @@ def test_no_replan_while_membership_matches_the_plan():
 
 
 def test_replan_on_change_after_hold_and_min_gap():
-    t = MembershipTracker(P)
+    t = PresenceTracker(P)
     t.observe(ABC, 0.0)
     t.planned_now(2.0)
     t.observe(ABCD, 3.0)                   # a peer arrives
@@ -57,7 +57,7 @@ def test_replan_on_change_after_hold_and_min_gap():
 
 
 def test_replan_within_five_seconds_of_a_death():
-    t = MembershipTracker(P)
+    t = PresenceTracker(P)
     t.observe(ABCD, 0.0)
     t.planned_now(2.0)
     t.observe(ABC, 30.0)
@@ -66,7 +66,7 @@ def test_replan_within_five_seconds_of_a_death():
 
 
 def test_min_peers_gates_only_the_first_plan():
-    t = MembershipTracker(P)
+    t = PresenceTracker(P)
     t.observe(frozenset("ab"), 0.0)
     assert not t.should_plan(100.0)        # not enough peers to start
     t.observe(ABC, 100.0)
@@ -80,7 +80,7 @@ def test_min_peers_gates_only_the_first_plan():
 
 def test_flapping_peer_causes_at_most_one_replan_per_min_gap():
     for period in (0.5, 1.0, 2.5, 3.0, 4.0, 7.0):   # faster and slower than hold_s / min_gap_s
-        t = MembershipTracker(P)
+        t = PresenceTracker(P)
         plans = []
         now, flap_at, up = 0.0, 0.0, True
         while now < 120.0:
@@ -104,7 +104,7 @@ def test_flapping_peer_causes_at_most_one_replan_per_min_gap():
 
 def test_a_flapping_peer_does_not_starve_the_replan_after_a_death():
     members = frozenset("abcde")
-    t = MembershipTracker(P)
+    t = PresenceTracker(P)
     t.observe(members, 0.0)
     t.planned_now(2.0)
     plans, now = [], 2.0
@@ -172,7 +172,7 @@ def test_a_stalled_swarm_switches_right_after_its_stuck_iteration():
 
 def test_the_pace_of_a_swarm_is_read_from_reports_before_any_iteration_completes():
     import time
-    from coordinator.progress import ProgressTracker
+    from coordinator.iteration_summaries import ProgressTracker
     from protocol.messages import IterationReport, MicrobatchCounts, ProgressRecord
     now = time.time()
 

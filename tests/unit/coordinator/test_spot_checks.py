@@ -8,7 +8,7 @@ from protocol import codec
 from protocol.spot_checks import SpotCheckRecord, SpotCheckReport
 
 from coordinator.swarm_view import BanList
-from peer.security.spot_check import SpotSampler, compare_outputs, report
+from peer.security.spot_check_rules import SpotSampler, compare_outputs, report
 
 
 def test_sampling_hits_the_rate_and_depends_on_the_secret():

@@ -1,4 +1,4 @@
-"""coordinator.status: the status JSON, the page and /metrics, from a real (not started)
+"""coordinator.status_page: the status JSON, the page and /metrics, from a real (not started)
 CoordinatorApp fed a real swarm snapshot, schedule and iteration reports."""
 import asyncio
 import json
@@ -10,8 +10,8 @@ import pytest
 from coordinator.app import CoordinatorApp
 from coordinator.config import CoordinatorConfig
 from coordinator.planner import PlanConfig, plan
-from coordinator.progress import summarize
-from coordinator.status import json_safe, reachability
+from coordinator.iteration_summaries import summarize
+from coordinator.status_page import json_safe, reachability
 from coordinator.swarm_view import SwarmSnapshot, to_topology
 from opsweb.server import StatusServer
 from protocol.adverts import LinkMeasurement, LinkReport, PeerAdvert, PeerState

@@ -7,7 +7,7 @@ import pytest
 
 from protocol.topology import TOPOLOGY_FORMAT, Links, Node, Topology, Workload, topology_to_json
 
-from peer.emulation import Emulation, EmulationError, emulate, load_emulation
+from peer.emulated_node import Emulation, EmulationError, emulate, load_emulation
 from peer.transport.base import TransportError
 from peer.transport.emulator import EmulatedTransport, SharedLink
 from peer.transport.memory import MemoryNetwork

@@ -12,7 +12,7 @@ import pytest
 yaml = pytest.importorskip("yaml")   # PyYAML: a dev dependency (and hivemind's)
 
 ROOT = Path(__file__).resolve().parents[3]
-METRIC_SOURCES = ("peer/metrics.py", "coordinator/status.py")
+METRIC_SOURCES = ("peer/metrics.py", "coordinator/status_page.py")
 
 
 def dockerfile() -> list[tuple[str, str]]:
