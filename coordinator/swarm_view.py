@@ -4,6 +4,7 @@ from dataclasses import dataclass
 
 from protocol.adverts import LinkReport, PeerAdvert, PeerState
 from protocol.messages import RunSpec
+from coordinator.planner.relayed import penalise_relayed, relayed_ids
 from protocol.topology import TOPOLOGY_FORMAT, Links, Node, Topology, Workload
 
 DEFAULT_LATENCY_MS = 1.0        # for pairs nobody has measured yet
@@ -109,4 +110,8 @@ def to_topology(snapshot: SwarmSnapshot, spec: RunSpec, pinned: dict[str, int]) 
             bw_row.append(0.0 if src == dst else (measured[1] / 2**30 if measured else DEFAULT_BANDWIDTH_GIB_S))
         latency.append(tuple(lat_row))
         bandwidth.append(tuple(bw_row))
-    return Topology(TOPOLOGY_FORMAT, workload, nodes, Links(tuple(latency), tuple(bandwidth)))
+    topology = Topology(TOPOLOGY_FORMAT, workload, nodes, Links(tuple(latency), tuple(bandwidth)))
+    # Relayed peers' links are planned dearer than measured (why: coordinator/planner/relayed.py).
+    relayed = relayed_ids({p: a.reachability for p, a in zip(peers, adverts)},
+                          {p: a.maddrs for p, a in zip(peers, adverts)})
+    return penalise_relayed(topology, relayed)
