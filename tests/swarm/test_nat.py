@@ -55,6 +55,22 @@ def test_a_home_peer_with_a_forwarded_port_is_public_and_dialled_directly(nat_ho
     assert "run finished after 2 iterations" in wait_log(home_log, "run finished", 20)
 
 
+def test_a_home_peer_without_a_forward_is_local_only_yet_trains_over_connections_it_opened(nat_hosts, tmp_path):
+    """No relay and no forward: the home peer dials out (the DHT, its link probes) and libp2p
+    carries the others' streams back over those connections, so it trains; what it cannot get
+    is a dial that starts outside (the next test)."""
+    hosts = nat_hosts
+    maddrs = wait_maddrs(start_coordinator(hosts, 0, tmp_path, "--stages", "2", "--min-peers", "2",
+                                           "--steps", "2"))
+    start_peer(hosts, 1, tmp_path, maddrs, 0)
+    start_peer(hosts, hosts.home, tmp_path, maddrs, 1)     # stage 1 only at home
+    home_log = tmp_path / f"peer{hosts.home}.log"
+    wait_log(home_log, "reachability: local-only", 45)
+    rows = wait_iterations(tmp_path / "coordinator.log", 2, 60)
+    assert all(r["completed"] == 2 and r["lost"] == 0 for r in rows[:2]), rows
+    assert hosts.dnat_packets() == 0
+
+
 def test_without_a_forward_nothing_outside_can_dial_home(nat_hosts, tmp_path):
     """The topology really is a NAT: home dials out, nothing dials in (a check on the fixture that
     the relayed and forwarded cases rely on)."""
