@@ -58,13 +58,38 @@ async def _role_server(addr: str, out: Path, relay_maddrs: list[str], home: bool
     await asyncio.Future()
 
 
+class _Circuit:
+    """'/ip4/../tcp/../p2p/<relay>/p2p-circuit' in the binary form p2pd parses. hivemind's own
+    Multiaddr writes the /p2p/ part as a CID (0x01 0x72 ...) where go-multiaddr wants the bare
+    multihash, and the daemon answers "length greater than remaining number of bytes"."""
+
+    def __init__(self, maddr: str):
+        from hivemind.p2p import PeerID
+        from hivemind.utils.multiaddr import Multiaddr
+        head, rest = maddr.split("/p2p/", 1)
+        relay = PeerID.from_base58(rest.split("/", 1)[0]).to_bytes()
+        self.raw = Multiaddr(head).to_bytes() + _varint(421) + _varint(len(relay)) + relay + _varint(290)
+
+    def to_bytes(self) -> bytes:
+        return self.raw
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
 async def _measure(p2p, peer_id, maddrs: list[str], sizes_mb: list[float], pings: int) -> dict:
     from hivemind.p2p import P2P, PeerID
     from hivemind.utils.multiaddr import Multiaddr
     pid = PeerID.from_base58(peer_id)
     t0 = time.perf_counter()
     bare = [m.rsplit("/p2p/", 1)[0] for m in maddrs]   # the daemon's connect wants them without our id
-    await p2p._client.connect(pid, [Multiaddr(m) for m in bare])
+    await p2p._client.connect(pid, [_Circuit(m) if "/p2p-circuit" in m else Multiaddr(m) for m in bare])
     _, reader, writer = await p2p.call_binary_stream_handler(pid, HANDLER)
     result = {"connect_s": round(time.perf_counter() - t0, 4)}
     rtts = []
@@ -118,20 +143,24 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes-mb", type=float, nargs="+", default=[1, 4, 16])
     p.add_argument("--pings", type=int, default=20)
+    p.add_argument("--relays", type=int, default=1, help="public peers serving as relays (all trusted by home)")
     args = p.parse_args(argv)
     from bench.nat_netns import NatHosts, unavailable_reason
     if (reason := unavailable_reason()):
         print(f"RESULT relay=skipped reason={reason!r}")
         return 0
-    with tempfile.TemporaryDirectory() as tmp, NatHosts(2) as hosts:
+    with tempfile.TemporaryDirectory() as tmp, NatHosts(args.relays + 1) as hosts:
         tmp = Path(tmp)
         me = [sys.executable, "-m", "bench.relay_probe"]
-        hosts.popen(0, [*me, "_relay", hosts.addrs[0], str(tmp / "relay.json")], tmp / "relay.log")
-        relay = _wait_json(tmp / "relay.json", 30)
-        hosts.popen(hosts.home, [*me, "_home", hosts.addrs[hosts.home], str(tmp / "home.json"), *relay["maddrs"]],
+        for r in range(args.relays):
+            hosts.popen(r, [*me, "_relay", hosts.addrs[r], str(tmp / f"relay{r}.json")], tmp / f"relay{r}.log")
+        relays = [_wait_json(tmp / f"relay{r}.json", 30) for r in range(args.relays)]
+        relay = relays[0]
+        hosts.popen(hosts.home, [*me, "_home", hosts.addrs[hosts.home], str(tmp / "home.json"),
+                                *(m for r in relays for m in r["maddrs"])],
                     tmp / "home.log")
         home = _wait_json(tmp / "home.json", 30 + float(os.environ.get("RELAY_WAIT_S", "30")))
-        hosts.popen(1, [*me, "_client", hosts.addrs[1], str(tmp / "client.json"),
+        hosts.popen(args.relays, [*me, "_client", hosts.addrs[args.relays], str(tmp / "client.json"),
                         json.dumps(relay), json.dumps(home), json.dumps([args.sizes_mb, args.pings])],
                     tmp / "client.log")
         try:
@@ -139,9 +168,9 @@ def main(argv: list[str] | None = None) -> int:
         except SystemExit:
             print((tmp / "client.log").read_text()[-3000:], (tmp / "home.log").read_text()[-3000:])
             raise
-        log_tails = {n: (tmp / f"{n}.log").read_text()[-4000:] for n in ("home", "relay")}
+        log_tails = {n: (tmp / f"{n}.log").read_text()[-4000:] for n in ("home", "relay0")}
     if os.environ.get("RELAY_LOGS"):
-        for name in ("home", "relay"):
+        for name in ("home", "relay0"):
             print(f"--- {name}.log", log_tails[name], sep="\n")
     print(json.dumps({"home_maddrs": home["maddrs"], "relay_reservation_s": home["waited_s"], **report}, indent=1))
     rel, direct = report["relayed"], report["direct"]
