@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from coordinator.advert_check import ModelFacts, advert_problem
+from coordinator.planner.relayed import penalise_relayed, relayed_ids
 
 from protocol.adverts import LinkReport, PeerAdvert, PeerState
 from protocol.messages import RunSpec
@@ -140,4 +141,8 @@ def to_topology(snapshot: SwarmSnapshot, spec: RunSpec, pinned: dict[str, int]) 
             bw_row.append(0.0 if src == dst else (measured[1] / 2**30 if measured else DEFAULT_BANDWIDTH_GIB_S))
         latency.append(tuple(lat_row))
         bandwidth.append(tuple(bw_row))
-    return Topology(TOPOLOGY_FORMAT, workload, nodes, Links(tuple(latency), tuple(bandwidth)))
+    topology = Topology(TOPOLOGY_FORMAT, workload, nodes, Links(tuple(latency), tuple(bandwidth)))
+    # Relayed peers' links are planned dearer than measured (why: coordinator/planner/relayed.py).
+    relayed = relayed_ids({p: a.reachability for p, a in zip(peers, adverts)},
+                          {p: a.maddrs for p, a in zip(peers, adverts)})
+    return penalise_relayed(topology, relayed)

@@ -1,0 +1,94 @@
+"""A volunteer behind a home router (issue 28): real NAT in network namespaces (bench/nat_netns.py).
+
+The home namespace sits behind a router namespace that masquerades and drops every connection
+that starts outside; the coordinator and the other peers are on the public side."""
+import time
+
+import pytest
+
+from bench.nat_netns import NatHosts, unavailable_reason
+from bench.support.netns_swarm import start_coordinator, start_peer, wait_iterations, wait_maddrs
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+HOME_PORT = 34567          # inside the home namespace only
+
+
+@pytest.fixture
+def nat_hosts():
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    hosts = NatHosts(2)
+    try:
+        hosts.create()
+        yield hosts
+    finally:
+        hosts.close()
+
+
+def wait_log(path, text: str, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        log = path.read_text() if path.exists() else ""
+        if text in log:
+            return log
+        time.sleep(0.25)
+    raise AssertionError(f"{text!r} not in {path.name} within {timeout:.0f}s:\n{log[-3000:]}")
+
+
+def test_a_home_peer_with_a_forwarded_port_is_public_and_dialled_directly(nat_hosts, tmp_path):
+    hosts = nat_hosts
+    maddrs = wait_maddrs(start_coordinator(hosts, 0, tmp_path, "--stages", "2", "--min-peers", "2",
+                                           "--steps", "2"))
+    assert hosts.dnat_packets() == 0
+    announce = hosts.forward_port(HOME_PORT)
+    start_peer(hosts, 1, tmp_path, maddrs, 0)
+    start_peer(hosts, hosts.home, tmp_path, maddrs, 1,
+               "--host-maddrs", f"/ip4/{hosts.addrs[hosts.home]}/tcp/{HOME_PORT}", "--announce-maddrs", announce)
+    home_log = tmp_path / f"peer{hosts.home}.log"
+    wait_log(home_log, "reachability: public", 45)
+    rows = wait_iterations(tmp_path / "coordinator.log", 2, 60)
+    assert all(r["completed"] == 2 and r["lost"] == 0 for r in rows[:2]), rows
+    # Stage 1 lives only at home, so every microbatch went in through the forwarded port: the
+    # router let connections in, and the only rule that lets anything new in is the DNAT.
+    assert hosts.dnat_packets() > 0
+    assert "run finished after 2 iterations" in wait_log(home_log, "run finished", 20)
+
+
+def test_a_home_peer_without_a_forward_is_local_only_yet_trains_over_connections_it_opened(nat_hosts, tmp_path):
+    """No relay and no forward: the home peer dials out (the DHT, its link probes) and libp2p
+    carries the others' streams back over those connections, so it trains; what it cannot get
+    is a dial that starts outside (the next test)."""
+    hosts = nat_hosts
+    maddrs = wait_maddrs(start_coordinator(hosts, 0, tmp_path, "--stages", "2", "--min-peers", "2",
+                                           "--steps", "2"))
+    start_peer(hosts, 1, tmp_path, maddrs, 0)
+    start_peer(hosts, hosts.home, tmp_path, maddrs, 1)     # stage 1 only at home
+    home_log = tmp_path / f"peer{hosts.home}.log"
+    wait_log(home_log, "reachability: local-only", 45)
+    rows = wait_iterations(tmp_path / "coordinator.log", 2, 60)
+    assert all(r["completed"] == 2 and r["lost"] == 0 for r in rows[:2]), rows
+    assert hosts.dnat_packets() == 0
+
+
+def test_without_a_forward_nothing_outside_can_dial_home(nat_hosts, tmp_path):
+    """The topology really is a NAT: home dials out, nothing dials in (a check on the fixture that
+    the relayed and forwarded cases rely on)."""
+    import subprocess
+    import sys
+    hosts = nat_hosts
+    server = hosts.popen(hosts.home, [sys.executable, "-m", "http.server", str(HOME_PORT), "--bind",
+                                      hosts.addrs[hosts.home]], tmp_path / "http.log")
+    probe = ("import socket,sys; s=socket.socket(); s.settimeout(1.5); "
+             "sys.exit(s.connect_ex((sys.argv[1], int(sys.argv[2]))))")
+
+    def dial(i: int, addr: str) -> int:
+        return subprocess.run(["ip", "netns", "exec", hosts.names[i], sys.executable, "-c", probe, addr,
+                               str(HOME_PORT)], timeout=20).returncode
+    deadline = time.monotonic() + 10
+    while dial(hosts.home, hosts.addrs[hosts.home]) != 0:    # the server is up
+        assert time.monotonic() < deadline and server.poll() is None
+        time.sleep(0.2)
+    assert dial(0, hosts.wan_addr) != 0 and dial(0, hosts.addrs[hosts.home]) != 0
+    hosts.forward_port(HOME_PORT)
+    assert dial(0, hosts.wan_addr) == 0
