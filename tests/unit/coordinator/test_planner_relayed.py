@@ -55,11 +55,14 @@ def test_the_coordinators_topology_makes_a_relayed_peers_links_dearer():
     from coordinator.swarm_view import SwarmSnapshot, to_topology
     from protocol.adverts import PeerAdvert, PeerState
     from protocol.messages import RunSpec
+    from coordinator.advert_check import ModelFacts
     peers = ["QmA", "QmB", "QmC"]
+    spec = RunSpec(run="r", model="tiny", num_stages=3, skip_ratio=1 / 3, microbatch_samples=2)
+    activation = ModelFacts.of(spec).activation_bytes_per_sample       # what an honest advert says
     adverts = {p: PeerAdvert(peer_id=p, state=PeerState.ONLINE, device="cpu", memory_free_bytes=2**30,
                              fwd_s_per_layer_sample=1e-3, num_layers=6, reachability="public",
-                             activation_bytes_per_sample=32 * 64 * 4, memory_microbatches=4) for p in peers}
-    spec = RunSpec(run="r", model="tiny", num_stages=3, skip_ratio=1 / 3, microbatch_samples=2)
+                             activation_bytes_per_sample=activation, param_bytes_per_layer=10_000,
+                             memory_microbatches=4) for p in peers}
     before = to_topology(SwarmSnapshot(adverts, {}), spec, {})
     adverts["QmC"] = replace(adverts["QmC"], reachability="relayed")
     after = to_topology(SwarmSnapshot(adverts, {}), spec, {})
