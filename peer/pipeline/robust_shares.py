@@ -31,15 +31,18 @@ def per_sample_norm(vector: torch.Tensor, samples: int) -> float:
 
 def outliers(shares: dict[str, tuple[torch.Tensor, int]], me: str, factor: float = FACTOR) -> set[str]:
     """Peers whose share to leave out; `shares` maps peer -> (gradient sum, samples), ours
-    (`me`) included."""
+    (`me`) included. A replica that trained no sample this iteration (its share is zero) sets
+    no reference and is never left out for that."""
     norms = {peer: per_sample_norm(v, n) for peer, (v, n) in shares.items()}
-    if len(norms) < 2:
-        return set()
+    bad = {p for p, x in norms.items() if not math.isfinite(x)}
+    working = {p: x for p, x in norms.items() if p not in bad and shares[p][1] > 0}
     if len(norms) == 2:
-        own = norms.get(me, 0.0)
-        return {p for p, x in norms.items() if p != me and x > factor * own}
-    finite = sorted(x for x in norms.values() if math.isfinite(x))
-    if not finite:
-        return set(norms)
+        own = working.get(me)
+        if own is None:                    # we trained nothing: nothing to judge the other by
+            return bad - {me}
+        return bad | {p for p, x in working.items() if p != me and x > factor * own}
+    if not working:
+        return bad
+    finite = sorted(working.values())
     reference = finite[(len(finite) - 1) // 2]
-    return {p for p, x in norms.items() if x > factor * reference}
+    return bad | {p for p, x in working.items() if x > factor * reference}

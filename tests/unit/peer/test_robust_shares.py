@@ -32,3 +32,13 @@ def test_with_two_replicas_each_keeps_its_own_and_drops_a_far_larger_one():
     tiny = (honest[0] * 1e-6, 4)                       # a smaller share is kept: bounded by its weight
     assert outliers({"a": honest, "b": tiny}, "a") == set()
 
+
+
+def test_a_replica_that_trained_nothing_judges_no_one_and_sets_no_reference():
+    idle = (torch.zeros(1000), 0)
+    assert outliers({"a": idle, "b": share(1, 4, 1)}, "a") == set()          # two: we cannot judge
+    assert outliers({"a": share(1, 4, 0), "b": idle}, "a") == set()
+    shares = {"i": idle, "j": idle, "a": share(1, 4, 0), "b": share(1, 2, 1)}
+    assert outliers(shares, "a") == outliers(shares, "i") == set()           # idle ones: no reference
+    shares["evil"] = (torch.full((1000,), 1e3), 4)
+    assert outliers(shares, "i") == {"evil"}
