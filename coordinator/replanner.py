@@ -98,18 +98,18 @@ def switch_iteration(latest: int, recent_durations: list[float], since_latest_s:
 
     A healthy swarm has moved on since its newest report, so the epoch starts `margin_s`
     seconds past where it is now (a time, not a count: at 0.25 s an iteration that is 16
-    iterations, at 5 s one), counted with the median recent iteration (one slow warm-up
-    iteration does not shorten the margin). A swarm with no newer report for several
+    iterations, at 5 s one), counted with the fastest recent iteration (a slow one never
+    shortens the margin). A swarm with no newer report for several
     iterations' time is stuck in iteration latest + 1 (a stalled peer): its iterations are slow
     now, so the epoch starts at latest + 3, one iteration of slack past the stuck one (measured:
     a slow iteration ended just as the coordinator decided, and latest + 2 was already running
     on some peers; an iteration that runs on two epochs waits out its timeout). With fewer than three measured iterations the rate is a guess: a fast swarm."""
-    durations = sorted(d for d in recent_durations if d > 0)
+    durations = [d for d in recent_durations if d > 0]
     if len(durations) < 3:
-        per_iteration = min([EARLY_ITERATION_S, *durations])
-    else:
-        per_iteration = durations[(len(durations) - 1) // 2]
-    per_iteration = max(per_iteration, 0.05)
+        durations.append(EARLY_ITERATION_S)
+    # the fastest recent iteration, not the median: a start counted too short lands in an
+    # iteration some peers already run (CI once trained a dead data node's samples twice)
+    per_iteration = max(min(durations), 0.05)
     since = max(0.0, since_latest_s)
     if since > STALLED_AFTER * per_iteration + REPORT_LAG_S:
         return latest + 3
