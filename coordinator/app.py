@@ -299,12 +299,9 @@ class CoordinatorApp:
     def _next_start_iteration(self) -> int:
         if self.schedule is None and not self.progress.reports and not self.summaries:
             return self.resumed.iteration if self.resumed else 0
-        # the swarm's measured progress: every report read (a restarted coordinator has them at
-        # once), not only the iterations it has summarised
         latest = max(self.progress.latest_reported(), self.summaries[-1].iteration if self.summaries else -1)
-        finished = self.progress.latest_finished_at()
-        since = time.time() - finished if finished is not None else 0.0
-        return switch_iteration(latest, self.progress.recent_durations(), since, self.config.switch_margin_s)
+        since = time.time() - self.summaries[-1].finished_at if self.summaries else 0.0
+        return switch_iteration(latest, [s.duration_s for s in self.summaries[-5:]], since, self.config.switch_margin_s)
 
     def _adopt(self, schedule: Schedule) -> None:
         self.schedule = schedule

@@ -88,29 +88,16 @@ class CollapseGuard:
 
 
 EARLY_ITERATION_S = 0.25
-REPORT_LAG_S = 4.0        # a healthy swarm's newest report is at most this old, plus an iteration or so
-STALLED_AFTER = 3         # iterations' time without a newer report: the swarm is stuck, not racing ahead
 
 
 def switch_iteration(latest: int, recent_durations: list[float], since_latest_s: float, margin_s: float) -> int:
-    """The first iteration of a new epoch, from the swarm's measured progress: `latest` is the
-    newest iteration peers reported, `since_latest_s` ago, `recent_durations` their last few.
-
-    A healthy swarm has moved on since its newest report, so the epoch starts `margin_s`
-    seconds past where it is now (a time, not a count: at 0.25 s an iteration that is 16
-    iterations, at 5 s one), counted with the fastest recent iteration (a slow one never
-    shortens the margin). A swarm with no newer report for several
-    iterations' time is stuck in iteration latest + 1 (a stalled peer): its iterations are slow
-    now, so the epoch starts at latest + 3, one iteration of slack past the stuck one (measured:
-    a slow iteration ended just as the coordinator decided, and latest + 2 was already running
-    on some peers; an iteration that runs on two epochs waits out its timeout). With fewer than three measured iterations the rate is a guess: a fast swarm."""
+    """The first iteration of a new epoch: safely after the swarm's current one, which is later
+    than the newest we know of (`latest`, reported `since_latest_s` ago). Counted with the
+    fastest recent iteration, not the mean: a slow first iteration (warm-up) once made the
+    margin so short that the swarm had already passed the new epoch's start. With fewer than
+    three measured iterations the rate is a guess: assume a fast swarm (EARLY_ITERATION_S)."""
     durations = [d for d in recent_durations if d > 0]
     if len(durations) < 3:
         durations.append(EARLY_ITERATION_S)
-    # the fastest recent iteration, not the median: a start counted too short lands in an
-    # iteration some peers already run (CI once trained a dead data node's samples twice)
     per_iteration = max(min(durations), 0.05)
-    since = max(0.0, since_latest_s)
-    if since > STALLED_AFTER * per_iteration + REPORT_LAG_S:
-        return latest + 3
-    return latest + 2 + math.ceil((margin_s + since) / per_iteration)
+    return latest + 2 + math.ceil((margin_s + max(0.0, since_latest_s)) / per_iteration)
