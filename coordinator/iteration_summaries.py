@@ -58,11 +58,6 @@ class ProgressTracker:
     started: bool = False          # the first report fixes where we start (runs may resume)
     reports: dict[int, dict[str, IterationReport]] = field(default_factory=dict)
     missed: int = 0                # iterations whose reports left every origin's window unread
-    # (first start, last finish) of recent iterations, from any report: the swarm's pace, known
-    # at once after a coordinator restart (peers keep a window of reports), complete or not
-    timing: dict[int, tuple[float, float]] = field(default_factory=dict)
-
-    TIMING_KEPT = 16
 
     def add(self, records: dict[str, ProgressRecord]) -> None:
         oldest = [min(r.iteration for r in rec.reports) for rec in records.values() if rec.reports]
@@ -73,7 +68,6 @@ class ProgressTracker:
             self.next_iteration = min(oldest)
         for peer, record in records.items():
             for report in record.reports:
-                self._time(report)
                 if report.iteration >= self.next_iteration:
                     self.reports.setdefault(report.iteration, {})[peer] = report
 
@@ -113,18 +107,4 @@ class ProgressTracker:
         return done
 
     def latest_reported(self) -> int:
-        return max([*self.reports, *self.timing], default=self.next_iteration - 1)
-
-    def _time(self, report: IterationReport) -> None:
-        start, end = self.timing.get(report.iteration, (report.started_at, report.finished_at))
-        self.timing[report.iteration] = (min(start, report.started_at), max(end, report.finished_at))
-        for old in sorted(self.timing)[:-self.TIMING_KEPT]:
-            del self.timing[old]
-
-    def recent_durations(self, count: int = 5) -> list[float]:
-        """Seconds each of the newest `count` reported iterations took (first start to last finish)."""
-        return [end - start for start, end in (self.timing[i] for i in sorted(self.timing)[-count:])]
-
-    def latest_finished_at(self) -> float | None:
-        """Wall-clock time the newest reported iteration last finished on some origin."""
-        return self.timing[max(self.timing)][1] if self.timing else None
+        return max(self.reports, default=self.next_iteration - 1)

@@ -51,7 +51,8 @@ class StageSeat:
         self.stale_starts += 1
         if checkpoint is None:
             logger.error("stage %d starts from FRESH weights at iteration %d: no live replica gave its state and "
-                         "no checkpoint of it is here (--checkpoint-dir); what it had learned is lost", stage, iteration)
+                         "no checkpoint of it is here (--checkpoint-dir); what it had learned is lost",
+                         stage, iteration)
         else:
             logger.error("stage %d resumes at iteration %d from its checkpoint of iteration %d: no live replica gave "
                          "its current state; what it learned in between is lost", stage, iteration, checkpoint)

@@ -126,7 +126,8 @@ class StateFetcher:
                 if state is not None:
                     got[donor] = state
             chosen = agreed_state(got)
-            alone = len(got) == 1 and (len(donors) == 1 or time.monotonic() - started > self.settings.iteration_timeout_s / 2)
+            waited_half = time.monotonic() - started > self.settings.iteration_timeout_s / 2
+            alone = len(got) == 1 and (len(donors) == 1 or waited_half)
             if chosen is None and alone:
                 chosen = next(iter(got.items()))
                 logger.warning("stage %d's state from %s alone: no second replica could confirm it", stage,

@@ -4,6 +4,7 @@ and reading its iteration lines: bench/support/netns_swarm.py (bench/multihost.p
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -59,3 +60,15 @@ def links(hosts: Hosts, i: int, run: str, maddrs: list[str]) -> dict[str, dict[s
     if proc.returncode != 0:
         raise AssertionError(f"reading links failed: {proc.stderr[-1000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def wait_log(path, text: str, timeout: float, poll_s: float = 0.5) -> str:
+    """The log at `path` once it contains `text`; fails with its tail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    log = ""
+    while time.monotonic() < deadline:
+        log = path.read_text() if path.exists() else ""
+        if text in log:
+            return log
+        time.sleep(poll_s)
+    raise AssertionError(f"{text!r} not in {path.name} within {timeout:.0f}s:\n{log[-3000:]}")

@@ -8,6 +8,7 @@ import pytest
 
 from bench.nat_netns import NatHosts, unavailable_reason
 from bench.support.netns_swarm import start_coordinator, start_peer, wait_iterations, wait_maddrs
+from tests.swarm.netns import wait_log
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 HOME_PORT = 34567          # inside the home namespace only
@@ -26,16 +27,6 @@ def nat_hosts():
         hosts.close()
 
 
-def wait_log(path, text: str, timeout: float) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        log = path.read_text() if path.exists() else ""
-        if text in log:
-            return log
-        time.sleep(0.25)
-    raise AssertionError(f"{text!r} not in {path.name} within {timeout:.0f}s:\n{log[-3000:]}")
-
-
 def test_a_home_peer_with_a_forwarded_port_is_public_and_dialled_directly(nat_hosts, tmp_path):
     hosts = nat_hosts
     maddrs = wait_maddrs(start_coordinator(hosts, 0, tmp_path, "--stages", "2", "--min-peers", "2",
@@ -46,13 +37,13 @@ def test_a_home_peer_with_a_forwarded_port_is_public_and_dialled_directly(nat_ho
     start_peer(hosts, hosts.home, tmp_path, maddrs, 1,
                "--host-maddrs", f"/ip4/{hosts.addrs[hosts.home]}/tcp/{HOME_PORT}", "--announce-maddrs", announce)
     home_log = tmp_path / f"peer{hosts.home}.log"
-    wait_log(home_log, "reachability: public", 45)
+    wait_log(home_log, "reachability: public", 45, poll_s=0.25)
     rows = wait_iterations(tmp_path / "coordinator.log", 2, 60)
     assert all(r["completed"] == 2 and r["lost"] == 0 for r in rows[:2]), rows
     # Stage 1 lives only at home, so every microbatch went in through the forwarded port: the
     # router let connections in, and the only rule that lets anything new in is the DNAT.
     assert hosts.dnat_packets() > 0
-    assert "run finished after 2 iterations" in wait_log(home_log, "run finished", 20)
+    assert "run finished after 2 iterations" in wait_log(home_log, "run finished", 20, poll_s=0.25)
 
 
 def test_a_home_peer_without_a_forward_is_local_only_yet_trains_over_connections_it_opened(nat_hosts, tmp_path):
@@ -65,7 +56,7 @@ def test_a_home_peer_without_a_forward_is_local_only_yet_trains_over_connections
     start_peer(hosts, 1, tmp_path, maddrs, 0)
     start_peer(hosts, hosts.home, tmp_path, maddrs, 1)     # stage 1 only at home
     home_log = tmp_path / f"peer{hosts.home}.log"
-    wait_log(home_log, "reachability: local-only", 45)
+    wait_log(home_log, "reachability: local-only", 45, poll_s=0.25)
     rows = wait_iterations(tmp_path / "coordinator.log", 2, 60)
     assert all(r["completed"] == 2 and r["lost"] == 0 for r in rows[:2]), rows
     assert hosts.dnat_packets() == 0

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench.support.netns_swarm import iterations, start_coordinator, start_peer, wait_iterations, wait_maddrs
-from tests.swarm.netns import links, make_hosts, make_module_hosts, status
+from tests.swarm.netns import links, make_hosts, make_module_hosts, status, wait_log
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 __all__ = ["make_hosts", "make_module_hosts"]   # the fixtures, imported so pytest sees them here
@@ -38,16 +38,6 @@ def peer_id(log_path) -> str:
             return m[1]
         time.sleep(0.25)
     raise AssertionError(f"no peer id in {log_path}")
-
-
-def wait_log(path, text: str, timeout: float) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        log = path.read_text() if path.exists() else ""
-        if text in log:
-            return log
-        time.sleep(0.5)
-    raise AssertionError(f"{text!r} not in {path.name} within {timeout:.0f}s:\n{log[-3000:]}")
 
 
 def test_a_partitioned_middle_peer_is_routed_around_and_rejoins(make_hosts, tmp_path):

@@ -156,18 +156,3 @@ def test_a_new_epoch_starts_after_the_swarm_even_after_a_slow_warm_up_iteration(
     assert switch_iteration(9, [2.0, 2.0, 2.0], 0.0, 4.0) == 9 + 2 + 2    # a slow swarm, measured
     assert switch_iteration(5, [0.001] * 3, 0.0, 1.0) == 5 + 2 + 20       # floor of 50 ms per iteration
 
-
-def test_the_pace_of_a_swarm_is_read_from_reports_before_any_iteration_completes():
-    import time
-    from coordinator.iteration_summaries import ProgressTracker
-    from protocol.messages import IterationReport, MicrobatchCounts, ProgressRecord
-    now = time.time()
-
-    def report(peer, i):   # one origin of two reported: no iteration completes for this coordinator
-        return IterationReport(peer, 1, i, loss_sum=2.0, samples=2, tokens=20, started_at=now - 50 + 5 * i,
-                               finished_at=now - 46 + 5 * i, counts=MicrobatchCounts(completed=2))
-    tracker = ProgressTracker()                  # a coordinator restarted a moment ago
-    tracker.add({"a": ProgressRecord("a", (report("a", 7), report("a", 8), report("a", 9)))})
-    assert tracker.latest_reported() == 9
-    assert tracker.recent_durations() == pytest.approx([4.0, 4.0, 4.0])
-    assert tracker.latest_finished_at() == pytest.approx(now - 1)
