@@ -10,6 +10,7 @@ from typing import Awaitable, Callable
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hivemind import DHT
 from opsweb.dht_process import safe_for_large_calls
+from opsweb.lifecycle import Lifecycle
 
 from opsweb.server import StatusServer
 from opsweb.stopping import run_until_stopped, shutdown_dht
@@ -94,6 +95,8 @@ class CoordinatorApp:
         self.spec = spec_from_config(config, self.run_data)
         self.on_iteration = on_iteration
         self.stop = stop or asyncio.Event()
+        # the DHT round loop (and anything it starts) until the run is over or a stop
+        self.life = Lifecycle("the coordinator", logger, stop=self.stop)
         self.ready = asyncio.Event()        # set once the DHT is up and the spec is written
         self.dht = None                      # a hivemind DHT once run() starts it
         self.schedule: Schedule | None = None
@@ -133,7 +136,9 @@ class CoordinatorApp:
             shutdown_timeout=DHT_SHUTDOWN_S)))
         self.records = CoordinatorRecords(self.dht, cfg.run, join_key, organiser, signer.local_public_key)
         try:
-            await until_stopped(self._serve(), self.stop)
+            # a stop cancels the round in hand: one waiting on a DHT whose p2pd a Ctrl-C
+            # already ended would otherwise hold the stop up
+            await self.life.run(self._serve())
             return 0
         finally:
             if self.http is not None:
@@ -143,6 +148,11 @@ class CoordinatorApp:
             # joins the DHT child for up to its shutdown_timeout: off the loop, which keeps
             # answering signals (a second Ctrl-C) meanwhile
             await asyncio.to_thread(shutdown_dht, self.dht)
+
+    def shutdown(self) -> None:
+        """Ends run(): the round in hand is cancelled, then the status page, the maddrs file
+        and the DHT go."""
+        self.life.shutdown()
 
     @property
     def run_address(self) -> str:
@@ -329,21 +339,6 @@ class CoordinatorApp:
     def _planned_microbatches(self, iteration: int, origin: str) -> int:
         schedule = self._schedule_for(iteration)
         return 0 if schedule is None else sum(r.origin == origin for r in schedule.routes)
-
-
-async def until_stopped(work: Awaitable, stop: asyncio.Event) -> None:
-    """Await `work` until it ends or `stop` is set; then cancel it: a round waiting on a DHT
-    whose p2pd a Ctrl-C already ended would otherwise hold the stop up."""
-    task = asyncio.ensure_future(work)
-    stopper = asyncio.create_task(stop.wait())
-    try:
-        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for t in (task, stopper):
-            t.cancel()
-        await asyncio.gather(task, stopper, return_exceptions=True)
-    if task.done() and not task.cancelled() and task.exception() is not None:
-        raise task.exception()
 
 
 def load_organiser(path: str) -> Ed25519PrivateKey:

@@ -7,6 +7,7 @@ import time
 from hivemind import DHT
 
 from opsweb.dht_process import safe_for_large_calls
+from opsweb.lifecycle import Lifecycle
 from opsweb.server import StatusServer
 from opsweb.stopping import run_until_stopped, shutdown_dht
 
@@ -70,9 +71,11 @@ class PeerApp:
     def __init__(self, config: PeerConfig, stop: asyncio.Event | None = None):
         self.config = config
         self.stop = stop or asyncio.Event()
+        # once joined: the work loop, the announcer and the watchers run in it until a stop
+        self.life = Lifecycle("the peer", logger, stop=self.stop)
         self.advert_state = PeerState.JOINING
         self.reports: collections.deque[IterationReport] = collections.deque(maxlen=REPORTS_KEPT)
-        self.progress_publisher = LatestPublisher(self._put_progress, "progress")
+        self.progress_publisher = LatestPublisher(self._put_progress, "progress", self.life.spawn)
         self.metrics = PeerMetrics()       # read by /metrics; the worker is never touched
         self.reachability = None           # the start-up self-test's Reachability
         self.health = Health()             # shared by the worker and the isolation monitor
@@ -95,6 +98,10 @@ class PeerApp:
             return 0
         finally:
             self.guard.close()
+
+    def shutdown(self) -> None:
+        """Leave the swarm: run() goes offline, closes the transport and the DHT, and returns."""
+        self.stop.set()
 
     async def _unless_stopped(self, work):
         """Await `work`, or raise Stopped (cancelling it) once a stop is asked for: start-up
@@ -150,10 +157,11 @@ class PeerApp:
         self.advert_state = PeerState.ONLINE
         try:
             http = await self._start_metrics()
-            await self._serve_until_stopped()
+            await self.life.run(self._serve())
         finally:
             await self.announcer.go_offline()
             await transport.close()
+            self.worker.shutdown()   # what RPC handlers started after the work loop had ended
             if http is not None:
                 await http.close()
         return 0
@@ -180,32 +188,24 @@ class PeerApp:
             ping_timeout_s=1.5 + 2 * (self.emulation.max_latency_s if self.emulation else 0.0))
         return PipelineWorker(me, spec, self.rpc, self.book, seat, settings, hooks, self.health, self.isolation)
 
-    async def _serve_until_stopped(self) -> None:
-        background = [asyncio.create_task(c) for c in (
-            self.announcer.run(), self._watch_schedule(), self._probe_links(), self._print_status(),
-            IsolationMonitor(self.isolation, self.health, self.worker.ledger, self.book, self.records, self.rpc,
-                             self.announcer.advert.peer_id, self.config.announce_period_s, self.config.dht_poll_s,
-                             rebootstrap=self._rebootstrap).run(),
-            self.guard.run(self.config.announce_period_s))]
-        work = asyncio.create_task(self.worker.run())
-        stopper = asyncio.create_task(self.stop.wait())
-        try:
-            done, _ = await asyncio.wait({work, stopper}, return_when=asyncio.FIRST_COMPLETED)
-            if work in done:
-                work.result()  # surface a crash of the worker
-                linger = self.config.linger_s
-                logger.info("run finished after %d iterations; leaving in %.0fs", self.worker.ledger.iteration, linger)
-                deadline = time.monotonic() + linger
-                while not stopper.done() and time.monotonic() < deadline:
-                    await self.progress_publisher.flush(timeout=max(0.0, deadline - time.monotonic()))
-                    await asyncio.wait([stopper], timeout=min(REPUBLISH_WHILE_LINGERING_S,
-                                                              max(0.0, deadline - time.monotonic())))
-                    self.progress_publisher.kick()
-        finally:
-            for task in (*background, work, stopper):
-                task.cancel()
-            self.progress_publisher.cancel()
-            await asyncio.gather(*background, work, stopper, return_exceptions=True)
+    async def _serve(self) -> None:
+        """The work loop to its end, then lingering, with the background loops beside it (a
+        crash in one of those is logged, the others go on); a stop cancels it all."""
+        for loop in (
+                self.announcer.run(), self._watch_schedule(), self._probe_links(), self._print_status(),
+                IsolationMonitor(self.isolation, self.health, self.worker.ledger, self.book, self.records, self.rpc,
+                                 self.announcer.advert.peer_id, self.config.announce_period_s,
+                                 self.config.dht_poll_s, rebootstrap=self._rebootstrap).run(),
+                self.guard.run(self.config.announce_period_s)):
+            self.life.spawn(loop)
+        await self.worker.run()   # its crash ends the peer, as itself
+        linger = self.config.linger_s
+        logger.info("run finished after %d iterations; leaving in %.0fs", self.worker.ledger.iteration, linger)
+        deadline = time.monotonic() + linger
+        while time.monotonic() < deadline:
+            await self.progress_publisher.flush(timeout=max(0.0, deadline - time.monotonic()))
+            await asyncio.sleep(min(REPUBLISH_WHILE_LINGERING_S, max(0.0, deadline - time.monotonic())))
+            self.progress_publisher.kick()
 
     async def _start_metrics(self) -> StatusServer | None:
         if self.config.metrics_port is None:

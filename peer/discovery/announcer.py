@@ -6,12 +6,16 @@ RPC timeout). So stores go out on a fixed cadence without waiting for the previo
 MAX_IN_FLIGHT at once), and as soon as one is slow (recent, or still in flight past half a
 period) the expiry stretches by MAX_STRETCH_S at once: a store that meets a cut-off node takes
 two of hivemind's RPC timeouts (6 s measured), and stretching only by the delay seen so far left
-healthy peers' adverts lapsed for seconds (the coordinator took them for departures)."""
+healthy peers' adverts lapsed for seconds (the coordinator took them for departures).
+
+run() owns the stores in flight (opsweb/lifecycle.py); shutdown() ends it and cancels them."""
 import asyncio
 import collections
 import dataclasses
 import logging
 import time
+
+from opsweb.lifecycle import Lifecycle
 
 from protocol.adverts import PeerAdvert, PeerState
 
@@ -34,6 +38,7 @@ class Announcer:
         self._durations: collections.deque[float] = collections.deque(maxlen=RECENT_STORES)
         self._in_flight: dict[asyncio.Task, float] = {}      # task -> monotonic start
         self._last_expiry = 0.0
+        self.life = Lifecycle("the announcer", logger)
 
     def update(self, **changes) -> None:
         """Change advert fields; the new advert goes out at once."""
@@ -72,22 +77,25 @@ class Announcer:
     def _launch(self) -> None:
         if len(self._in_flight) >= MAX_IN_FLIGHT:
             return              # the stores in flight carry the same advert within a period
-        task = asyncio.create_task(self.announce_once())
+        task = self.life.spawn(self.announce_once(), "storing the advert")
         self._in_flight[task] = time.monotonic()
         task.add_done_callback(lambda t: self._in_flight.pop(t, None))
 
     async def run(self) -> None:
-        try:
-            while True:
-                self._wake.clear()
-                self._launch()
-                try:
-                    await asyncio.wait_for(self._wake.wait(), timeout=self.period_s)
-                except TimeoutError:
-                    pass
-        finally:
-            for task in list(self._in_flight):
-                task.cancel()
+        """Refreshes until shutdown() (or cancelled); the stores still in flight are cancelled."""
+        await self.life.run(self._refresh())
+
+    def shutdown(self) -> None:
+        self.life.shutdown()
+
+    async def _refresh(self) -> None:
+        while True:
+            self._wake.clear()
+            self._launch()
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=self.period_s)
+            except TimeoutError:
+                pass
 
     async def go_offline(self) -> None:
         """Announce OFFLINE, bounded: if the DHT does not take it in time the advert simply

@@ -4,14 +4,16 @@ flight coalesce into one more put of the then-latest value. A DHT store on a bus
 take a second or more, and an origin used to wait for it between every two iterations."""
 import asyncio
 import logging
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Coroutine
 
 logger = logging.getLogger(__name__)
 
 
 class LatestPublisher:
-    def __init__(self, put: Callable[[], Awaitable[object]], what: str):
+    def __init__(self, put: Callable[[], Awaitable[object]], what: str,
+                 spawn: Callable[[Coroutine], asyncio.Task] = asyncio.create_task):
         self.put, self.what = put, what
+        self.spawn = spawn        # the peer's lifecycle: its end cancels a put in flight
         self._task: asyncio.Task | None = None
         self._again = False
         self.published = 0               # puts that returned without raising
@@ -20,7 +22,7 @@ class LatestPublisher:
         if self._task is not None and not self._task.done():
             self._again = True
             return
-        self._task = asyncio.create_task(self._run())
+        self._task = self.spawn(self._run())
 
     async def _run(self) -> None:
         while True:

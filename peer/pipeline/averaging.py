@@ -16,7 +16,7 @@ to it is still on its way (Outbound.gone).
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Coroutine
 
 import torch
 
@@ -130,14 +130,16 @@ class ShareDeliveries:
     """Our gradient shares on their way to the other replicas, each delivered (with retries) in
     the background by `send(peer, share) -> delivered?`."""
 
-    def __init__(self, send: Callable[[str, GradientShare], Awaitable[bool]], box: ShareBox):
+    def __init__(self, send: Callable[[str, GradientShare], Awaitable[bool]], box: ShareBox,
+                 spawn: Callable[[Coroutine], asyncio.Task] = asyncio.create_task):
         self.send, self.box = send, box
+        self.spawn = spawn        # the work loop's lifecycle: its run() ends the deliveries too
         self._pending: set[asyncio.Task] = set()
 
     def start(self, peers: list[str], share: GradientShare) -> Outbound:
         out = Outbound(peers)
         for peer in peers:
-            task = asyncio.create_task(self._deliver(peer, share, out))
+            task = self.spawn(self._deliver(peer, share, out))
             self._pending.add(task)
             task.add_done_callback(self._pending.discard)
         return out
@@ -179,7 +181,7 @@ class GradientExchange:
         self.left_out: set[str] = set()      # replicas whose shares robust_shares.outliers left out
         self.deliveries = ShareDeliveries(
             lambda peer, share: sender.send_with_retries(peer, share, f"gradient share {share.iteration}"),
-            self.shares)
+            self.shares, sender.tasks.spawn)
 
     async def average_and_step(self, i: int, schedule: Schedule, outcome: IterationOutcome) -> None:
         """End of iteration `i`: exchange gradients with the stage's other replicas, average

@@ -19,11 +19,12 @@ import random
 
 import torch
 
+from opsweb.lifecycle import Lifecycle
+
 from protocol import messages as m
 from protocol.schedule import Route, Schedule
 
 from peer.pipeline import plan_view as pv
-from peer.pipeline.background import Background
 from peer.pipeline.flights import IterationState, Work, next_attempt
 from peer.pipeline.ledger import Ledger
 from peer.pipeline.seat import StageSeat
@@ -39,7 +40,7 @@ logger = logging.getLogger(__name__)
 
 class Recovery:
     def __init__(self, me: str, run: str, settings: WorkerSettings, seat: StageSeat, ledger: Ledger,
-                 sender: Sender, tasks: Background):
+                 sender: Sender, tasks: Lifecycle):
         self.me, self.run, self.settings = me, run, settings
         self.seat, self.ledger, self.sender, self.tasks = seat, ledger, sender, tasks
         self.health = sender.health

@@ -50,18 +50,18 @@ class Isolation:
 
 
 async def unless_cut_off(isolation: Isolation, work: Awaitable[T]) -> T | None:
-    """`work`'s result, or None if we were cut off before it finished (it is cancelled)."""
+    """`work`'s result, or None if we were cut off before it finished (it is cancelled).
+    Cancelled itself (the work loop stopping), it cancels and awaits `work` too: an iteration
+    must not outlive the loop that ran it."""
     task = asyncio.ensure_future(work)
     cut = asyncio.create_task(isolation.wait(True))
     try:
         await asyncio.wait({task, cut}, return_when=asyncio.FIRST_COMPLETED)
+        return task.result() if task.done() else None
     finally:
-        cut.cancel()
-    if task.done():
-        return task.result()
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-    return None
+        for t in (task, cut):
+            t.cancel()
+        await asyncio.gather(task, cut, return_exceptions=True)
 
 
 class Rejoin:

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
+from opsweb.lifecycle import Lifecycle
+
 from protocol import messages as m
 from protocol.errors import ErrorCode
 from protocol.schedule import Phase, Route, Schedule
@@ -15,7 +17,6 @@ from protocol.schedule import Phase, Route, Schedule
 from peer.compute import tensor_codec
 from peer.pipeline import plan_view as pv
 from peer.pipeline.flights import IterationState, Work
-from peer.pipeline.background import Background
 from peer.pipeline.inbox import Inbox
 from peer.pipeline.ledger import Ledger
 from peer.pipeline.settings import WorkerSettings
@@ -37,7 +38,7 @@ class Undeliverable:
 
 class Sender:
     def __init__(self, me: str, run: str, rpc: RpcClient, health: Health, settings: WorkerSettings,
-                 ledger: Ledger, inbox: Inbox, spot: SpotChecks, tasks: Background):
+                 ledger: Ledger, inbox: Inbox, spot: SpotChecks, tasks: Lifecycle):
         self.me, self.run, self.rpc, self.health, self.settings = me, run, rpc, health, settings
         self.ledger, self.inbox, self.spot, self.tasks = ledger, inbox, spot, tasks
 

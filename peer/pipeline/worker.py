@@ -21,6 +21,8 @@ from typing import Awaitable, Callable
 
 import torch
 
+from opsweb.lifecycle import Lifecycle
+
 from protocol import messages as m
 from protocol.schedule import Route, Schedule
 from protocol.spot_checks import SpotCheckRecord
@@ -28,7 +30,6 @@ from protocol.spot_checks import SpotCheckRecord
 from peer.compute.errors import ComputeError
 from peer.pipeline import plan_view as pv
 from peer.pipeline.averaging import GradientExchange
-from peer.pipeline.background import Background
 from peer.pipeline.flights import Flight, IterationOutcome, IterationState, OriginEntry, Work
 from peer.pipeline.inbox import Inbox
 from peer.pipeline.ledger import Ledger
@@ -77,7 +78,7 @@ class PipelineWorker:
         self.isolation = isolation or Isolation()      # written by peer/isolation.py's monitor
         self.inbox = Inbox()
         self.ledger = Ledger()
-        self.tasks = Background()
+        self.tasks = Lifecycle("the work loop", logger)   # sends, spot checks, the monitor: run() owns them
         health = health or Health()
         self.spot = SpotChecks(me, rpc, health, seat.compute, self.tasks.spawn, settings.spot_check_rate,
                                settings.rpc_timeout_s, publish=self.hooks.publish_spot_checks)
@@ -90,33 +91,38 @@ class PipelineWorker:
     # ---- the loop ----
 
     async def run(self) -> None:
-        monitor = asyncio.create_task(self.recovery.monitor())
+        """Iterations until max_steps, shutdown() or cancellation; every task the loop started
+        (sends, spot checks, the successor monitor) ends with it."""
+        try:
+            await self.tasks.run(self._loop())
+        finally:
+            self.seat.close()
+
+    def shutdown(self) -> None:
+        self.tasks.shutdown()
+
+    async def _loop(self) -> None:
+        self.tasks.spawn(self.recovery.monitor(), "watching successors")
         ledger, spec = self.ledger, self.spec
         boundary_read = BoundaryRead(lambda: self.hooks.refresh_schedule, self.tasks.spawn)
-        try:
-            while True:
-                await boundary_read.finish()
-                schedule = await self._schedule_with_me()
-                if spec.max_steps and ledger.iteration >= spec.max_steps:
-                    await self.exchange.deliveries.flush(self.settings.send_deadline_s)
-                    break
-                i = ledger.iteration
-                outcome = await unless_cut_off(self.isolation, self.run_iteration(i, schedule, boundary_read))
-                if outcome is None:
-                    await self.rejoin.sit_out(i)
-                    continue
-                ledger.history.append(outcome)
-                checkpoints = self.seat.checkpoints
-                if checkpoints is not None and checkpoints.due(i, spec.max_steps):
-                    await self.seat.checkpoint(i, self._data_cursor_after(schedule, i))
-                if self.hooks.on_iteration is not None:
-                    await self.hooks.on_iteration(outcome)
-                ledger.iteration += 1
-        finally:
-            monitor.cancel()
-            self.tasks.cancel()
-            self.exchange.deliveries.cancel()
-            self.seat.close()
+        while True:
+            await boundary_read.finish()
+            schedule = await self._schedule_with_me()
+            if spec.max_steps and ledger.iteration >= spec.max_steps:
+                await self.exchange.deliveries.flush(self.settings.send_deadline_s)
+                return
+            i = ledger.iteration
+            outcome = await unless_cut_off(self.isolation, self.run_iteration(i, schedule, boundary_read))
+            if outcome is None:
+                await self.rejoin.sit_out(i)
+                continue
+            ledger.history.append(outcome)
+            checkpoints = self.seat.checkpoints
+            if checkpoints is not None and checkpoints.due(i, spec.max_steps):
+                await self.seat.checkpoint(i, self._data_cursor_after(schedule, i))
+            if self.hooks.on_iteration is not None:
+                await self.hooks.on_iteration(outcome)
+            ledger.iteration += 1
 
     def _data_cursor_after(self, schedule: Schedule, i: int) -> dict | None:
         """Stage 0's checkpoints carry where the sample cursor stands after iteration i."""

@@ -90,3 +90,16 @@ async def test_update_goes_out_at_once():
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     assert [a.state for _, _, a in records.stores] == [PeerState.JOINING, PeerState.ONLINE]
+
+
+async def test_shutdown_ends_run_and_cancels_the_stores_in_flight():
+    before = asyncio.all_tasks()
+    records = FakeRecords(delays=[60.0])                      # a store stalled on a cut-off node
+    announcer = Announcer(records, advert(), period_s=0.05)
+    task = asyncio.create_task(announcer.run())
+    await asyncio.sleep(0.12)
+    assert records.in_flight >= 1
+    announcer.shutdown()
+    await asyncio.wait_for(task, 1.0)
+    assert records.in_flight == 0                             # the stalled store was cancelled
+    assert asyncio.all_tasks() == before
