@@ -10,6 +10,7 @@ from hivemind import DHT
 
 from protocol import codec, ids
 from protocol.adverts import LinkReport, PeerAdvert
+from protocol.messages import ProgressRecord
 from protocol.membership import is_member
 from protocol.owner import peer_id_of_subkey
 from swarmcore.dht.subkey_records import decode_subkey_records
@@ -59,3 +60,7 @@ class RunRecords:
 
     async def get_links(self) -> dict[str, LinkReport]:
         return await self._subkeys(ids.links_key(self.run), LinkReport)
+
+    async def get_progress(self) -> dict[str, ProgressRecord]:
+        """Each origin's recent iteration reports, by peer id."""
+        return await self._subkeys(ids.progress_key(self.run), ProgressRecord)
