@@ -53,6 +53,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--pause-s", type=float, default=10.0, help="how long the paused peer stays stopped")
     p.add_argument("--only", default=",".join(FAULTS), help=f"comma-separated subset of {','.join(FAULTS)}")
     p.add_argument("--phase-timeout", type=float, default=240.0, help="give up on a phase after this long")
+    p.add_argument("--logs-dir", type=Path, default=None, help="keep the peers' logs here (default: a temporary "
+                                                               "folder, removed at the end)")
     args = p.parse_args()
     args.faults = [f.strip() for f in args.only.split(",") if f.strip()]
     unknown = set(args.faults) - set(FAULTS)
@@ -210,7 +212,9 @@ def main() -> int:
     load = os.getloadavg()
     print(f"faults bench on {os.cpu_count()} cores, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}", flush=True)
     with tempfile.TemporaryDirectory(prefix="faults-bench-") as tmp:
-        results = asyncio.run(run_storm(args, Path(tmp)))
+        folder = args.logs_dir or Path(tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        results = asyncio.run(run_storm(args, folder))
     rows, (twice, skipped) = results[:-1], results[-1]["integrity"]
     recoveries = [r["recovery_s"] for r in rows]
     worst = -1.0 if any(x is None for x in recoveries) else max(recoveries, default=0.0)
