@@ -18,7 +18,7 @@ twice or skipped (from the origins' reported sample positions). The machine's lo
 printed beside, since everything shares its cores.
 
   python bench/faults.py [--phase-iterations 10] [--pause-s 10] [--only pause,restart]
-Last line: RESULT recovery_s_max=... lost=... reinit_stages=... twice=... skipped=... load=...
+Last line: RESULT recovery_s_max=... lost=... reinit_stages=... twice=... skipped=... unsummarised=... load=...
 """
 import argparse
 import asyncio
@@ -160,16 +160,33 @@ def measure(storm: Storm, fault: str, fault_at: float, first: int, marks_before:
             "from_checkpoint": storm.log_count(CHECKPOINT_MARK) - marks_before[1]}
 
 
-def data_integrity(storm: Storm) -> tuple[int, int]:
-    """(samples trained twice, samples skipped): positions below the newest trained one that no
-    iteration trained are skipped, unless the coordinator still owes them (lost, to train again)."""
+def data_integrity(storm: Storm) -> tuple[int, int, int]:
+    """(samples trained twice, samples skipped, iterations nobody summarised). Skipped: within
+    each run of consecutive summarised iterations, positions between the lowest and the highest
+    trained that none trained and the coordinator does not owe (lost, to train again). A
+    restarted coordinator summarises from its schedule's first iteration on: the iterations
+    between are trained but unread, and counted apart."""
     counts = collections.Counter(p for r in storm.rows.values() for p in expand_positions(r.positions))
-    if not counts:
-        return 0, 0
     owed = storm.app.ledger.lost_positions if storm.app else set()
     twice = sum(1 for c in counts.values() if c > 1)
-    skipped = sum(1 for p in range(min(counts), max(counts)) if p not in counts and p not in owed)
-    return twice, skipped
+    iterations = sorted(storm.rows)
+    unread = sum(b - a - 1 for a, b in zip(iterations, iterations[1:]))
+    skipped = 0
+    for block in consecutive_runs(iterations):
+        trained = {p for i in block for p in expand_positions(storm.rows[i].positions)}
+        if trained:
+            skipped += sum(1 for p in range(min(trained), max(trained)) if p not in counts and p not in owed)
+    return twice, skipped, unread
+
+
+def consecutive_runs(iterations: list[int]) -> list[list[int]]:
+    runs: list[list[int]] = []
+    for i in iterations:
+        if runs and runs[-1][-1] == i - 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs
 
 
 async def run_storm(args, tmp: Path) -> list[dict]:
@@ -215,12 +232,12 @@ def main() -> int:
         folder = args.logs_dir or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
         results = asyncio.run(run_storm(args, folder))
-    rows, (twice, skipped) = results[:-1], results[-1]["integrity"]
+    rows, (twice, skipped, unread) = results[:-1], results[-1]["integrity"]
     recoveries = [r["recovery_s"] for r in rows]
     worst = -1.0 if any(x is None for x in recoveries) else max(recoveries, default=0.0)
-    print(f"samples trained twice: {twice}; skipped: {skipped}")
+    print(f"samples trained twice: {twice}; skipped: {skipped}; iterations no coordinator summarised: {unread}")
     print(f"RESULT recovery_s_max={worst:.1f} lost={sum(r['lost'] for r in rows)} "
-          f"reinit_stages={sum(r['reinit'] for r in rows)} twice={twice} skipped={skipped} "
+          f"reinit_stages={sum(r['reinit'] for r in rows)} twice={twice} skipped={skipped} unsummarised={unread} "
           f"faults={len(rows)} load={os.getloadavg()[0]:.1f}")
     return 0
 

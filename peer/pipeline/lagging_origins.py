@@ -39,23 +39,33 @@ class LaggingOrigins:
         self.started = time.monotonic()
         self._last_read = self.started
         self._reading: asyncio.Task | None = None
+        # set when every origin reported an iteration past ours and the next: the swarm is
+        # there, and walking towards it one iteration (and one lone optimizer step) at a time
+        # would take a read per iteration; the worker catches up with a replica's state instead
+        self.swarm_at: int | None = None
 
-    def check(self, i: int, st: IterationState, missing: set[str]) -> None:
+    def check(self, i: int, st: IterationState, missing: set[str], origins: set[str] | None = None) -> None:
+        """`missing`: the origins we still wait on for i; `origins`: all of the iteration's
+        (for the catch-up; default: the missing ones)."""
         now = time.monotonic()
         if self.read_progress is None or not missing or now - self._last_read < self.every_s:
             return
         if self._reading is not None and not self._reading.done():
             return
         self._last_read = now
-        self._reading = self.spawn(self._read(i, st, set(missing)), f"progress of origins of iteration {i}")
+        self._reading = self.spawn(self._read(i, st, set(missing), set(origins or missing)),
+                                   f"progress of origins of iteration {i}")
 
-    async def _read(self, i: int, st: IterationState, missing: set[str]) -> None:
+    async def _read(self, i: int, st: IterationState, missing: set[str], origins: set[str]) -> None:
         try:
             records = await asyncio.wait_for(self.read_progress(), self.READ_TIMEOUT_S)
         except Exception as exc:      # a slow DHT: the next check tries again
             logger.debug("reading the origins' progress failed: %s", exc)
             return
         moved_on = done_with(i, missing, records)
+        newest = done_with(i + 1, origins, records)
+        if origins and len(newest) == len(origins):
+            self.swarm_at = min(newest.values()) + 1
         if not moved_on:
             return
         for origin, newest in moved_on.items():

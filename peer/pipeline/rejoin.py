@@ -22,6 +22,8 @@ from peer.routing.health import Health
 
 logger = logging.getLogger(__name__)
 REJOIN_WAIT_S = 60.0        # for the coordinator to re-plan with us after the heal
+CATCH_UP_LEAD = 2           # iterations past the origins' newest reports that a lagging peer rejoins at
+CATCH_UP_FETCH_S = 30.0     # for a replica's state then (the replicas wait for us meanwhile)
 T = TypeVar("T")
 
 
@@ -73,10 +75,36 @@ class Rejoin:
         self.me, self.isolation, self.seat, self.ledger, self.inbox = me, isolation, seat, ledger, inbox
         self.book, self.health, self.fetcher, self.refresh_schedule = book, health, fetcher, refresh_schedule
 
-    async def copy_state(self, schedule, stage: int) -> bool:
+    async def copy_state(self, schedule, stage: int, timeout_s: float | None = None) -> bool:
         """Late join (and rejoin): our stage's state as a live replica has it before the
         iteration in hand."""
-        return await self.fetcher.fetch(schedule, stage, self.ledger.iteration)
+        return await self.fetcher.fetch(schedule, stage, self.ledger.iteration, timeout_s)
+
+    async def catch_up(self, i: int, swarm_at: int, schedule) -> None:
+        """Every origin finished iterations past i: abandon i (no step: the replicas stepped
+        without us), move to `swarm_at` and take the stage's state from a live replica, rather
+        than walking there one iteration, and one lone optimizer step, at a time."""
+        # two iterations ahead of the origins' newest reports (which lag a DHT read behind): the
+        # replicas are not past it yet, and at its end they wait for our share, so their state
+        # before it stays on offer while we fetch it
+        target = swarm_at + CATCH_UP_LEAD
+        logger.warning("fell behind the swarm (we are at iteration %d, every origin past %d): abandoning it "
+                       "and catching up at iteration %d", i, swarm_at - 1, target)
+        await self._abandon(i)
+        self.ledger.iteration = max(self.ledger.iteration, target)
+        self.inbox.drop_before(self.ledger.iteration)
+        stage = self.seat.stage
+        if stage is not None and len(pv.replicas(schedule, stage)) > 1 and not await self.copy_state(
+                schedule, stage, CATCH_UP_FETCH_S):
+            logger.error("no replica of stage %d gave its state after we fell behind: going on with ours, "
+                         "which missed the steps since iteration %d", stage, i)
+        self.seat.stepped_iteration = self.ledger.iteration - 1
+
+    async def _abandon(self, i: int) -> None:
+        if self.seat.runner is not None:
+            await self.seat.compute(self.seat.runner.abandon)
+        self.inbox.drop_before(i + 1)
+        self.ledger.end(i)
 
     async def sit_out(self, i: int) -> None:
         """Abandon iteration i, wait until we are back, then move to where the swarm is."""
@@ -87,10 +115,7 @@ class Rejoin:
 
     async def _sit_out(self, i: int) -> None:
         logger.warning("cut off from the swarm: abandoning iteration %d (no step) until the network is back", i)
-        if self.seat.runner is not None:
-            await self.seat.compute(self.seat.runner.abandon)
-        self.inbox.drop_before(i + 1)
-        self.ledger.end(i)
+        await self._abandon(i)
         await self.isolation.wait(False)
         # every peer failed us while we were cut off: without this they would stay "unusable" to us
         # (suspect until a success we would never try), and we would refuse to route through them

@@ -108,7 +108,7 @@ class StateFetcher:
     def __init__(self, me: str, run: str, rpc: RpcClient, settings: WorkerSettings, seat: StageSeat):
         self.me, self.run, self.rpc, self.settings, self.seat = me, run, rpc, settings, seat
 
-    async def fetch(self, schedule: Schedule, stage: int, iteration: int) -> bool:
+    async def fetch(self, schedule: Schedule, stage: int, iteration: int, timeout_s: float | None = None) -> bool:
         """The state as it is after iteration - 1; False if no replica could give it before the
         iteration timeout (logged). Taken only when two replicas gave the same state (one that
         noised its copy is outvoted), or, with one replica left or after half the timeout with
@@ -118,7 +118,8 @@ class StateFetcher:
         if not donors:
             return False
         started = time.monotonic()
-        deadline = started + self.settings.iteration_timeout_s
+        timeout_s = timeout_s or self.settings.iteration_timeout_s
+        deadline = started + timeout_s
         got: dict[str, State] = {}
         while time.monotonic() < deadline:
             for donor in [d for d in donors if d not in got]:
@@ -126,7 +127,7 @@ class StateFetcher:
                 if state is not None:
                     got[donor] = state
             chosen = agreed_state(got)
-            waited_half = time.monotonic() - started > self.settings.iteration_timeout_s / 2
+            waited_half = time.monotonic() - started > timeout_s / 2
             alone = len(got) == 1 and (len(donors) == 1 or waited_half)
             if chosen is None and alone:
                 chosen = next(iter(got.items()))

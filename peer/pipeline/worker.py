@@ -58,6 +58,15 @@ ORIGIN_GONE_AFTER_FAILURES = 8   # consecutive failed heartbeats (about 8 x hear
 BatchFn = Callable[[int, int, int, int, list[int]], tuple[torch.Tensor, torch.Tensor]]
 
 
+class FellBehind(Exception):
+    """Every origin finished iterations past ours: the swarm is at `iteration` (we were stopped,
+    or restarted from an old checkpoint)."""
+
+    def __init__(self, iteration: int):
+        super().__init__(f"the swarm is at iteration {iteration}")
+        self.iteration = iteration
+
+
 @dataclass
 class WorkerHooks:
     """What the peer app plugs into the worker, all at construction: the origin's training data
@@ -114,7 +123,11 @@ class PipelineWorker:
                 await self.exchange.deliveries.flush(self.settings.send_deadline_s)
                 return
             i = ledger.iteration
-            outcome = await unless_cut_off(self.isolation, self.run_iteration(i, schedule, boundary_read))
+            try:
+                outcome = await unless_cut_off(self.isolation, self.run_iteration(i, schedule, boundary_read))
+            except FellBehind as behind:
+                await self.rejoin.catch_up(i, behind.iteration, schedule)
+                continue
             if outcome is None:
                 await self.rejoin.sit_out(i)
                 continue
@@ -220,7 +233,10 @@ class PipelineWorker:
                 self._give_up(i, st)
                 break
             if lagging is not None:
-                lagging.check(i, st, set(pv.replicas(schedule, 0)) - st.done_origins)
+                origins = set(pv.replicas(schedule, 0))
+                lagging.check(i, st, origins - st.done_origins, origins)
+                if lagging.swarm_at is not None:
+                    raise FellBehind(lagging.swarm_at)
             got = await self.inbox.take(i, allowed, lambda t: pv.priority_of(t, planned), min(left, 0.25))
             if got is not None:
                 reservations.started(got[0])

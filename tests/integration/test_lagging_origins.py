@@ -121,3 +121,24 @@ async def test_a_slow_swarm_waits_a_typical_iteration_before_reading():
     lagging = LaggingOrigins(read, lambda c, w="": asyncio.ensure_future(c), lambda: asyncio.sleep(0),
                              typical_iteration_s=40.0)
     assert lagging.every_s == 40.0
+
+
+async def test_when_every_origin_is_past_the_next_iteration_the_backstop_says_where_the_swarm_is():
+    records = {"o": progress("o", 9, 12), "o2": progress("o2", 11)}
+
+    async def read():
+        return records
+    tasks = []
+    lagging = LaggingOrigins(read, lambda c, w="": tasks.append(asyncio.ensure_future(c)) or tasks[-1],
+                             lambda: asyncio.sleep(0))
+    lagging._last_read -= LaggingOrigins.MIN_WAIT_S + 0.1
+    lagging.check(5, IterationState(5), {"o", "o2"}, {"o", "o2"})
+    await asyncio.gather(*tasks)
+    assert lagging.swarm_at == 12             # the slower origin finished 11: the swarm is at 12
+    records["o2"] = progress("o2", 4)          # one origin not even past ours: no catch-up
+    lagging = LaggingOrigins(read, lambda c, w="": tasks.append(asyncio.ensure_future(c)) or tasks[-1],
+                             lambda: asyncio.sleep(0))
+    lagging._last_read -= LaggingOrigins.MIN_WAIT_S + 0.1
+    lagging.check(5, IterationState(5), {"o", "o2"}, {"o", "o2"})
+    await asyncio.gather(*tasks)
+    assert lagging.swarm_at is None
