@@ -15,6 +15,7 @@ to it is still on its way (Outbound.gone).
 """
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Coroutine
 
@@ -35,6 +36,11 @@ from peer.pipeline.robust_shares import outliers
 from peer.pipeline.share_codec import encode_share
 
 logger = logging.getLogger(__name__)
+SHARE_PATIENCE_MIN_S = 5.0        # a stopped replica holds our step up at most this long (or:)
+SHARE_PATIENCE_ITERATIONS = 3     # this many of our typical iterations, when those are longer
+# one we averaged without last time, still suspect: a few heartbeats, which clear the suspicion
+# of a peer that is back (else it would send us its share while we step without it)
+UNANSWERED_PATIENCE_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -126,6 +132,14 @@ class Outbound:
         return state == "refused" or (state == "delivered" and suspect)
 
 
+class Patience:
+    def __init__(self, seconds: float):
+        self.until = time.monotonic() + seconds
+
+    def expired(self) -> bool:
+        return time.monotonic() > self.until
+
+
 class ShareDeliveries:
     """Our gradient shares on their way to the other replicas, each delivered (with retries) in
     the background by `send(peer, share) -> delivered?`."""
@@ -179,9 +193,17 @@ class GradientExchange:
         self.seat, self.ledger, self.health = seat, ledger, sender.health
         self.shares = ShareBox()
         self.left_out: set[str] = set()      # replicas whose shares robust_shares.outliers left out
+        self.unanswered: set[str] = set()    # replicas we averaged without last time (no share came)
         self.deliveries = ShareDeliveries(
             lambda peer, share: sender.send_with_retries(peer, share, f"gradient share {share.iteration}"),
             self.shares, sender.tasks.spawn)
+
+    def _share_patience_s(self) -> "Patience":
+        """How long a replica that stopped answering our heartbeats may hold our step up while
+        our share to it is still on its way (the RPC to a stopped peer hangs for its whole
+        timeout): a few of our typical iterations, so that a peer stopped with SIGSTOP is
+        left out in seconds, and a merely busy one, whose pings time out, still gets time."""
+        return Patience(max(SHARE_PATIENCE_MIN_S, SHARE_PATIENCE_ITERATIONS * self.ledger.typical_iteration_s()))
 
     async def average_and_step(self, i: int, schedule: Schedule, outcome: IterationOutcome) -> None:
         """End of iteration `i`: exchange gradients with the stage's other replicas, average
@@ -198,9 +220,12 @@ class GradientExchange:
             # replicas may legitimately still be working: wait as long as an iteration may take,
             # but not for one that died (its gradients died with it) or would not take ours
             self.ledger.awaiting_shares = set(others)  # recovery heartbeats them while we wait
+            patience, brief = self._share_patience_s(), Patience(UNANSWERED_PATIENCE_S)
             try:
                 got = await self.shares.collect(i, seat.stage, set(others), self.settings.iteration_timeout_s,
-                                                gone=lambda p: outbound.gone(p, self.health.suspect(p)))
+                                                gone=lambda p: outbound.gone(p, self.health.suspect(p)) or (
+                                                    self.health.suspect(p) and (
+                                                        patience.expired() or (p in self.unanswered and brief.expired()))))
             finally:
                 self.ledger.awaiting_shares = set()
             contributions = {**got, self.me: mine}
@@ -212,6 +237,8 @@ class GradientExchange:
                                [p[:12] for p in sorted(poisoned)], OUTLIER_FACTOR)
                 self.left_out.update(poisoned)
             result = combine({p: c for p, c in contributions.items() if p not in poisoned}, [self.me, *others])
+            # a replica still silent after we averaged without it is not waited for again
+            self.unanswered = set(result.missing) - set(got)
             if result.missing:
                 logger.warning("iteration %d: no gradients from replica(s) %s; averaging without them",
                                i, [p[:12] for p in result.missing])

@@ -18,6 +18,11 @@ class Ledger:
         self.awaiting_shares: set[str] = set()        # replicas whose gradient shares we wait for
         self.history: list[IterationOutcome] = []     # finished iterations, oldest first
 
+    def typical_iteration_s(self) -> float:
+        """The median of the last few finished iterations' durations (0: none yet)."""
+        recent = sorted(o.finished_at - o.started_at for o in self.history[-5:] if o.finished_at)
+        return recent[len(recent) // 2] if recent else 0.0
+
     def state(self, i: int) -> IterationState:
         return self.states.setdefault(i, IterationState(i))
 

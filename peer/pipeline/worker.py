@@ -221,7 +221,7 @@ class PipelineWorker:
 
         reservations = ForwardReservations(planned)     # the one order rule (coordinator/planner/simulate.py)
         lagging = None if self.seat.runner.is_origin else LaggingOrigins(
-            self.hooks.read_progress, self.tasks.spawn, self.inbox.poke, self._typical_iteration_s())
+            self.hooks.read_progress, self.tasks.spawn, self.inbox.poke, self.ledger.typical_iteration_s())
 
         def allowed(task: pv.TaskKey) -> bool:
             return reservations.allows(task, self.seat.runner.stashed, self.settings.max_activations)
@@ -241,11 +241,6 @@ class PipelineWorker:
             if got is not None:
                 reservations.started(got[0])
                 await self._run_task(i, schedule, st, got[0], got[1], outcome)
-
-    def _typical_iteration_s(self) -> float:
-        """The median of the last few iterations' durations (0: none yet)."""
-        recent = sorted(o.finished_at - o.started_at for o in self.ledger.history[-5:] if o.finished_at)
-        return recent[len(recent) // 2] if recent else 0.0
 
     def _give_up(self, i: int, st: IterationState) -> None:
         left = st.unresolved()
