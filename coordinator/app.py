@@ -108,7 +108,7 @@ class CoordinatorApp:
                                                          hold_s=config.replan_hold_s))
         self.finished = False
         self.replans: list[dict] = []       # every published epoch: when, why, from which iteration
-        self.bans = BanList(routes=self._route_of)   # peers that failed spot checks (shown in status)
+        self.bans = BanList(routes=self._route_of, replicas=self._replicas_of)   # failed spot/share checks
         self.advert_gate = AdvertGate(self.spec)   # adverts the spec rules out: ignored, logged once
         self.snapshot: SwarmSnapshot | None = None      # the latest round's view (status page)
         self.collapse_guard = CollapseGuard()
@@ -333,6 +333,13 @@ class CoordinatorApp:
             if schedule.epoch == epoch:
                 return next((r for r in schedule.routes if r.microbatch_id == microbatch_id), None)
         return None
+
+    def _replicas_of(self, epoch: int, stage: int) -> set[str]:
+        """The peers a published schedule put on `stage` in `epoch`: only they take each other's shares."""
+        for schedule in reversed(self.schedules):
+            if schedule.epoch == epoch:
+                return {a.peer for a in schedule.assignment if a.stage == stage}
+        return set()
 
     def _origins_for(self, iteration: int) -> set[str]:
         schedule = self._schedule_for(iteration)
