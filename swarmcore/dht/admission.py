@@ -82,6 +82,7 @@ async def _install(rules: AdmissionRules, _dht, node) -> int:
     installed = 0
     for validator in getattr(node.protocol.record_validator, "_validators", ()):
         if getattr(validator, "run", None) == rules.run and hasattr(validator, "rules"):
+            rules._claims = validator.rules._claims       # verified claims stay verified
             validator.rules = rules
             installed += 1
     if rules.roster is not None and rules.roster.banned:
