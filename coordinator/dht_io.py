@@ -8,7 +8,7 @@ from hivemind import DHT
 
 from protocol import codec, ids
 from protocol.invitations import Roster
-from protocol.messages import ProgressRecord, RunSpec
+from protocol.messages import RunSpec
 from swarmcore.dht.subkey_records import dht_values
 from protocol.schedule import Schedule
 from protocol.signing import public_key_text, sign
@@ -57,9 +57,6 @@ class CoordinatorRecords(RunRecords):
         if opened.refused:
             logger.info("ignored %d stored schedule record(s) not signed by this run's organiser key", opened.refused)
         return opened.message
-
-    async def get_progress(self) -> dict[str, ProgressRecord]:
-        return await self._subkeys(ids.progress_key(self.run), ProgressRecord)
 
     async def get_spot_checks(self) -> dict[str, SpotCheckRecord]:
         return await self._subkeys(ids.spot_checks_key(self.run), SpotCheckRecord)

@@ -179,6 +179,7 @@ class PeerApp:
         hooks = WorkerHooks(
             batch=runtime.batch, on_iteration=self._on_iteration, refresh_schedule=self.refresh_schedule,
             publish_spot_checks=lambda record: self.records.put_spot_checks(record, ttl_s=SPOT_CHECKS_TTL_S),
+            read_progress=self.records.get_progress,
             fault=make_hook(faults, seat.set_slowdown) if faults else None)
         settings = WorkerSettings(
             max_activations=cfg.max_activations, rpc_timeout_s=cfg.rpc_timeout_s,

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("skippipe.peer")
 PROBED_PEERS = 3            # dialed per check while our view is unreliable
-PING_TIMEOUT_S = 2.0
+PING_TIMEOUT_S = 4.0         # a loaded volunteer's loop answers late; a dead link never does
 
 
 class IsolationMonitor:
@@ -80,7 +80,9 @@ class IsolationMonitor:
         if now - self._unreliable_since < self.grace_s or now < self._next_probe or not others:
             return
         self._next_probe = now + self.grace_s
-        answered = await self._anyone_answers(others)
+        # a peer that took one of our calls just now proves the link: a loaded machine's slow
+        # pings (or a pick of three that were all killed) once took a busy peer for cut off
+        answered = self.health.answered_within(others, self.grace_s) or await self._anyone_answers(others)
         if answered:   # the network works but our DHT view does not: our routing table may be empty
             await self._refill_dht(others)
         if answered and cut_off:

@@ -101,8 +101,6 @@ class WorkHandlers:
             raise Rejected(ErrorCode.WRONG_STAGE, f"hop {header.hop_index} of microbatch {mb} is not ours")
         st = w.ledger.state(header.iteration)
         if phase == Phase.FORWARD:
-            if remote == route.origin:
-                self._origin_moved_on(remote, header.iteration)
             if remote != pv.expected_sender(route, task):
                 raise Rejected(ErrorCode.NOT_MEMBER, f"{remote[:12]} is not the previous hop of microbatch "
                                                      f"{mb}; refusing its tensor")
@@ -111,6 +109,7 @@ class WorkHandlers:
             why = st.expects_backward(mb, header.attempt, remote)
             if why is not None:
                 raise Rejected(ErrorCode.UNKNOWN_MICROBATCH, why)
+        self._origin_moved_on(route.origin, header.iteration)
         tensor = self._decode_activation(remote, payload, phase)
         try:
             await w.inbox.put(header.iteration, task, Work(tensor, route, header.attempt, remote))
@@ -121,8 +120,9 @@ class WorkHandlers:
             w.spot.saw_forward(schedule, route, header, remote, tensor, payload.dtype)
 
     def _origin_moved_on(self, origin: str, iteration: int) -> None:
-        """An origin sending work of `iteration` is done with every earlier one (a backup for
-        an IterationDone that did not reach us)."""
+        """Work of `iteration` from `origin`'s microbatches (checked as the route's, from its
+        rightful sender) means the origin is done with every earlier iteration: a backup for
+        an IterationDone that did not reach us (we were stopped, or cut off, when it came)."""
         w = self.worker
         for i in range(w.ledger.iteration, iteration):
             w.ledger.state(i).done_origins.add(origin)
@@ -209,7 +209,7 @@ class WorkHandlers:
         schedule = await self._schedule_for(done.run, done.epoch, done.iteration)
         if remote not in pv.replicas(schedule, 0):
             raise Rejected(ErrorCode.NOT_MEMBER, f"{remote[:12]} is not a stage-0 peer of epoch {done.epoch}")
-        w.ledger.state(done.iteration).done_origins.add(remote)
+        self._origin_moved_on(remote, done.iteration + 1)   # and so with every earlier one
         await w.inbox.poke()
         return m.Ack(done.iteration)
 

@@ -111,6 +111,9 @@ class Sender:
     def announce_done(self, i: int, schedule: Schedule, st: IterationState) -> None:
         """Origin: tell every other peer of the schedule that our microbatches of i ended."""
         done = m.IterationDone(self.run, schedule.epoch, i, m.MicrobatchCounts(**st.counts()))
-        others = [p for p in schedule.stage_of() if p != self.me and p not in self.health.departed]
+        # a peer we take for departed gets it too (one try: send_with_retries gives up on the
+        # departed at the first failure): one that was only stopped for a while and is back
+        # would otherwise wait for it until it reads our progress record (lagging_origins.py)
+        others = [p for p in schedule.stage_of() if p != self.me]
         for peer in others:  # in the background; a peer that misses it would wait the iteration out
             self.tasks.spawn(self.send_with_retries(peer, done, f"iteration {i} done", give_up_when_suspect=False))

@@ -32,6 +32,7 @@ from peer.pipeline import plan_view as pv
 from peer.pipeline.averaging import GradientExchange
 from peer.pipeline.flights import Flight, IterationOutcome, IterationState, OriginEntry, Work
 from peer.pipeline.inbox import Inbox
+from peer.pipeline.lagging_origins import LaggingOrigins, ProgressReader
 from peer.pipeline.ledger import Ledger
 from peer.pipeline.recovery import Recovery
 from peer.pipeline.reservations import ForwardReservations
@@ -66,6 +67,7 @@ class WorkerHooks:
     on_iteration: Callable[[IterationOutcome], Awaitable[None]] | None = None
     refresh_schedule: Callable[[], Awaitable[None]] | None = None   # re-read the schedule now
     publish_spot_checks: Callable[[SpotCheckRecord], Awaitable] | None = None
+    read_progress: ProgressReader | None = None                     # the origins' DHT progress records
     fault: Callable[[int, str], None] | None = None                 # chaos testing only
 
 
@@ -206,6 +208,8 @@ class PipelineWorker:
         deadline = time.monotonic() + self.settings.iteration_timeout_s
 
         reservations = ForwardReservations(planned)     # the one order rule (coordinator/planner/simulate.py)
+        lagging = None if self.seat.runner.is_origin else LaggingOrigins(
+            self.hooks.read_progress, self.tasks.spawn, self.inbox.poke, self._typical_iteration_s())
 
         def allowed(task: pv.TaskKey) -> bool:
             return reservations.allows(task, self.seat.runner.stashed, self.settings.max_activations)
@@ -216,10 +220,17 @@ class PipelineWorker:
                 outcome.timed_out = True
                 self._give_up(i, st)
                 break
+            if lagging is not None:
+                lagging.check(i, st, set(pv.replicas(schedule, 0)) - st.done_origins)
             got = await self.inbox.take(i, allowed, lambda t: pv.priority_of(t, planned), min(left, 0.25))
             if got is not None:
                 reservations.started(got[0])
                 await self._run_task(i, schedule, st, got[0], got[1], outcome)
+
+    def _typical_iteration_s(self) -> float:
+        """The median of the last few iterations' durations (0: none yet)."""
+        recent = sorted(o.finished_at - o.started_at for o in self.ledger.history[-5:] if o.finished_at)
+        return recent[len(recent) // 2] if recent else 0.0
 
     def _give_up(self, i: int, st: IterationState) -> None:
         left = st.unresolved()

@@ -29,9 +29,16 @@ class Health:
         self.clock = clock
         self._records: dict[str, _Record] = {}
         self.departed: set[str] = set()
+        self._last_success: dict[str, float] = {}
 
     def record_success(self, peer: str) -> None:
         self._records.pop(peer, None)
+        self._last_success[peer] = self.clock()
+
+    def answered_within(self, peers: Iterable[str], seconds: float) -> str | None:
+        """One of `peers` that took a call of ours in the last `seconds`, if any: our link works."""
+        since = self.clock() - seconds
+        return next((p for p in peers if self._last_success.get(p, -1.0) >= since), None)
 
     def record_failure(self, peer: str, replicas: Iterable[str] = ()) -> None:
         """Count a failure of `peer`; ban it unless it is its stage's last usable replica

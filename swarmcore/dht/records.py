@@ -11,6 +11,7 @@ from hivemind import DHT
 from protocol import codec, ids
 from protocol.adverts import LinkReport, PeerAdvert
 from protocol.invitations import Roster
+from protocol.messages import ProgressRecord
 from protocol.owner import peer_id_of_subkey
 from swarmcore.dht.admission import AdmissionRules
 from swarmcore.dht.signed_records import open_signed
@@ -78,3 +79,7 @@ class RunRecords:
 
     async def get_links(self) -> dict[str, LinkReport]:
         return await self._subkeys(ids.links_key(self.run), LinkReport)
+
+    async def get_progress(self) -> dict[str, ProgressRecord]:
+        """Each origin's recent iteration reports, by peer id."""
+        return await self._subkeys(ids.progress_key(self.run), ProgressRecord)

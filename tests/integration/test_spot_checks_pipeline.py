@@ -39,6 +39,14 @@ def run(rate: float, cheat: str = ""):
     return asyncio.run(scenario())
 
 
+def initial_parameters() -> dict[str, torch.Tensor]:
+    async def build():
+        batch, _ = batches_for(SPEC)
+        _, workers = await build_memory_swarm(SPEC, SCHEDULE, batch, timeout=60)
+        return {peer: w.seat.make_runner(STAGE_OF[peer]).parameter_vector().clone() for peer, w in workers.items()}
+    return asyncio.run(build())
+
+
 def reports_of(records):
     return [(reporter, r) for reporter, rec in records.items() for r in rec.reports]
 
@@ -73,10 +81,15 @@ def test_an_honest_swarm_with_checks_on_reports_only_passes_and_trains_the_same(
     assert all(r.relative_error < 1e-5 for _, r in reports)       # fp32 replicas agree closely
     plain, none = run(0.0)
     assert none == {}
-    # checking changes nothing the training computes (up to the order gradients add up in)
+    # checking changes nothing the training computes, up to the order gradients add up in: on a
+    # loaded machine that order differs, and Adam turns a rounding difference in a near-zero
+    # gradient into a step of up to the learning rate, so compare the updates as a whole
+    start = initial_parameters()
     for peer in STAGE_OF:
-        assert torch.allclose(checked[peer].seat.runner.parameter_vector(), plain[peer].seat.runner.parameter_vector(),
-                              rtol=0, atol=1e-6), peer
+        with_checks = checked[peer].seat.runner.parameter_vector() - start[peer]
+        without = plain[peer].seat.runner.parameter_vector() - start[peer]
+        assert with_checks.norm() > 0, peer
+        assert (with_checks - without).norm() <= 1e-3 * with_checks.norm(), peer
     assert [o.completed for o in checked["o"].ledger.history] == [4, 4, 4]
     assert [o.loss_sum for o in checked["o"].ledger.history] == \
         pytest.approx([o.loss_sum for o in plain["o"].ledger.history])

@@ -66,18 +66,23 @@ def test_kill_a_middle_stage_peer(tmp_path, when):
     assert summary["losses"][-1] < summary["losses"][recovered[0]] < summary["losses"][0]
 
 
-def test_a_stalled_peer_slows_but_does_not_break_training(tmp_path):
+def test_a_stalled_peer_slows_and_a_stopped_one_pauses_but_neither_breaks_training(tmp_path):
     # equal nodes and links, so the victim (peer 2: stage 2) has work to stall in; microbatches
     # of 16 x 128 tokens, so that its compute (x10) outweighs the ~0.2 s an iteration of tiny
-    # 4 x 64 microbatches spends in RPC overheads (with those a stall once added only 20%)
+    # 4 x 64 microbatches spends in RPC overheads (with those a stall once added only 20%).
+    # Then peer 1 (stage 1) is stopped with SIGSTOP for 8 s: the IterationDone messages it
+    # misses meanwhile once made it, and the replica waiting for its share, wait out the 120 s
+    # iteration timeout and lose microbatches after it resumed (issue 25)
     topology = write_uniform_topology(tmp_path / "uniform.json")
-    summary, _ = run_chaos(tmp_path, "stall:2@iter3:10", 6, "1/3", 4, "--topology", str(topology),
-                           "--microbatch-samples", "16", "--seq-len", "128")
+    summary, out = run_chaos(tmp_path, "stall:2@iter3:10,pause:1@iter6:8", 10, "1/3", 4, "--topology", str(topology),
+                             "--microbatch-samples", "16", "--seq-len", "128")
     rows = summary["iterations"]
     assert_accounted(rows, per_iteration=2 * 4)
     assert summary["microbatches"]["lost"] == 0
     before = sorted(r["duration_s"] for r in rows[1:3])[0]
     assert max(r["duration_s"] for r in rows[3:]) > 1.5 * before   # it really stalled
+    assert "peer 1 stopped (SIGSTOP)" in out and "peer 1 resumed" in out
+    assert max(r["duration_s"] for r in rows[6:]) < 40, rows       # nobody waited out the timeout
     assert summary["last_loss"] < summary["first_loss"]
 
 

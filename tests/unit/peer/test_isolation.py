@@ -89,3 +89,17 @@ def test_while_cut_off_an_answering_peer_ends_it_even_if_the_dht_lags():
         await checks(mon, 0.3)
         assert not worker.isolation.cut_off
     asyncio.run(go())
+
+
+def test_a_peer_that_took_our_call_just_now_proves_the_link_without_a_dial():
+    async def go():
+        mon, worker, records, rpc = monitor()
+        await checks(mon, 0.05)
+        records.visible, rpc.reachable = None, False   # no view, and our pings go unanswered...
+        for _ in range(10):
+            worker.health.record_success("b")        # ...but our work reaches b
+            await checks(mon, 0.05)
+        assert not worker.isolation.cut_off
+        await checks(mon, 0.4)                        # once b too stops answering: cut off
+        assert worker.isolation.cut_off
+    asyncio.run(go())

@@ -1,0 +1,225 @@
+"""Faults as a bench (issue 25): one 6-peer swarm on 127.0.0.1 (3 stages, two replicas each,
+skip ratio 1/3) through a scripted storm, one fault after another once the swarm is steady:
+
+  pause      a stage-2 peer stopped with SIGSTOP for --pause-s, then resumed (SIGCONT)
+  rejoin     a stage-1 peer killed with SIGKILL, restarted 5 s later (same identity and stage)
+  empty      both stage-2 peers killed at once, restarted 5 s later (the stage is empty meanwhile;
+             skips carry the microbatches around it; they must come back with trained weights)
+  restart    the coordinator stopped and a new one started (same organiser key, joining through
+             a peer)
+  liar       a stage-1 peer restarted computing 8x slower than its advert says
+
+Per fault it prints: seconds from the fault until iterations are back within 20% of their
+pre-fault time (the median of the 5 iterations before; "-" when they never were within the
+phase), the microbatches lost, and whether a stage was re-initialised (a peer's log says it
+started a stage from fresh weights; one that resumed from the stage's newest checkpoint is
+counted apart, as what the stage learned since that checkpoint is lost). For the whole run: samples trained
+twice or skipped (from the origins' reported sample positions). The machine's load average is
+printed beside, since everything shares its cores.
+
+  python bench/faults.py [--phase-iterations 10] [--pause-s 10] [--only pause,restart]
+Last line: RESULT recovery_s_max=... lost=... reinit_stages=... twice=... skipped=... load=...
+"""
+import argparse
+import asyncio
+import collections
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from coordinator.app import CoordinatorApp                    # noqa: E402
+from coordinator.config import CoordinatorConfig              # noqa: E402
+from coordinator.planner.costs import LOCAL_SWARM_OVERHEADS   # noqa: E402
+from launcher.processes import start_peer                     # noqa: E402
+from tokendata.cursor import expand_positions                 # noqa: E402
+from bench.support.harness import LOOPBACK, planned_with, stop_processes, wait_for   # noqa: E402
+
+FAULTS = ("pause", "rejoin", "empty", "restart", "liar")
+STAGES = [0, 1, 2, 0, 1, 2]          # peer i hosts stage i mod 3: origins 0 and 3
+WITHIN = 1.2                         # "back to normal": within 20% of the pre-fault time
+FRESH_MARK = "starts from FRESH weights"          # peer/pipeline/seat.py's error lines
+CHECKPOINT_MARK = "from its checkpoint of iteration"
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--phase-iterations", type=int, default=10, help="iterations to watch after each fault")
+    p.add_argument("--pause-s", type=float, default=10.0, help="how long the paused peer stays stopped")
+    p.add_argument("--only", default=",".join(FAULTS), help=f"comma-separated subset of {','.join(FAULTS)}")
+    p.add_argument("--phase-timeout", type=float, default=240.0, help="give up on a phase after this long")
+    args = p.parse_args()
+    args.faults = [f.strip() for f in args.only.split(",") if f.strip()]
+    unknown = set(args.faults) - set(FAULTS)
+    if unknown:
+        p.error(f"unknown fault(s) {sorted(unknown)}; choose from {', '.join(FAULTS)}")
+    return args
+
+
+class Storm:
+    """The swarm under test: an in-process coordinator (replaceable) and peer processes by slot."""
+
+    def __init__(self, tmp: Path):
+        self.tmp = tmp
+        self.rows: dict[int, object] = {}          # iteration -> IterationSummary, across coordinators
+        self.procs: dict[int, object] = {}
+        self.app: CoordinatorApp | None = None
+        self.task: asyncio.Task | None = None
+        self.key = str(tmp / "organiser.pem")
+
+    def _record(self, summary) -> None:
+        self.rows.setdefault(summary.iteration, summary)
+
+    async def start_coordinator(self, initial_peers: tuple[str, ...] = ()) -> None:
+        config = CoordinatorConfig(run="storm", host_maddrs=LOOPBACK, num_stages=3, skip_ratio=1 / 3, min_peers=6,
+                                   microbatch_samples=4, seq_len=64, microbatches_per_origin=4, max_steps=100000,
+                                   organiser_key_path=self.key, initial_peers=initial_peers,
+                                   checkpoint_dir=str(self.tmp / "checkpoints"), overheads=LOCAL_SWARM_OVERHEADS)
+        self.app = CoordinatorApp(config, on_iteration=self._record)
+        self.app.adjust_topology = planned_with(set())   # the liar's advert says it is as fast as the rest
+        self.task = asyncio.create_task(self.app.run())
+        await asyncio.wait_for(self.app.ready.wait(), 60)
+
+    async def stop_coordinator(self) -> None:
+        self.app.stop.set()
+        await asyncio.wait_for(self.task, 30)
+
+    def start_peer(self, slot: int, *extra: str) -> None:
+        args = ["--initial-peers", *self.app.maddrs, "--run", self.app.run_address, "--device", "cpu",
+                "--host-maddrs", *LOOPBACK, "--cache-dir", str(self.tmp / "cache"),
+                "--identity", str(self.tmp / f"peer{slot}.key"), "--stage", str(STAGES[slot]),
+                "--checkpoint-dir", str(self.tmp / "checkpoints"), *extra]
+        self.procs[slot] = start_peer(args, self.tmp / f"peer{slot}.log")
+
+    def signal(self, slot: int, sig: int) -> None:
+        os.killpg(self.procs[slot].pid, sig)            # its own session: the group is its pid
+
+    def kill(self, slot: int) -> None:
+        self.signal(slot, signal.SIGKILL)
+        self.procs[slot].wait(10)
+
+    def newest(self) -> int:
+        return max(self.rows, default=-1)
+
+    async def iterations(self, count: int, timeout: float) -> None:
+        target = self.newest() + count
+        await wait_for(lambda: self.newest() >= target, timeout, f"{count} more iterations")
+
+    def log_count(self, mark: str) -> int:
+        return sum(log.read_text(errors="replace").count(mark) for log in self.tmp.glob("peer*.log"))
+
+
+async def inject(storm: Storm, fault: str, args) -> None:
+    if fault == "pause":
+        storm.signal(2, signal.SIGSTOP)
+        await asyncio.sleep(args.pause_s)
+        storm.signal(2, signal.SIGCONT)
+    elif fault == "rejoin":
+        storm.kill(1)
+        await asyncio.sleep(5)
+        storm.start_peer(1)
+    elif fault == "empty":
+        storm.kill(2)
+        storm.kill(5)
+        await asyncio.sleep(5)
+        storm.start_peer(2)
+        storm.start_peer(5)
+    elif fault == "restart":
+        maddrs = [a for adv in (await storm.app.records.get_adverts()).values() for a in adv.maddrs
+                  if "127.0.0.1" in a]
+        await storm.stop_coordinator()
+        await asyncio.sleep(2)
+        await storm.start_coordinator(tuple(maddrs[:2]))
+    elif fault == "liar":
+        storm.kill(4)
+        storm.start_peer(4, "--fault", "stall@0:8")
+
+
+def measure(storm: Storm, fault: str, fault_at: float, first: int, marks_before: tuple[int, int],
+            finished: bool) -> dict:
+    """One fault's figures; a phase that never got its iterations did not recover (None)."""
+    rows = [storm.rows[i] for i in sorted(storm.rows)]
+    before = [r.duration_s for r in rows if r.iteration < first][-5:]
+    after = [r for r in rows if r.iteration >= first]
+    normal = statistics.median(before) if before else float("nan")
+    recovered = None
+    for k, r in enumerate(after if finished else []):
+        if all(x.duration_s <= WITHIN * normal for x in after[k:k + 2]) and r.started_at >= fault_at - normal:
+            recovered = max(0.0, r.started_at - fault_at)
+            break
+    return {"fault": fault, "normal_s": normal, "recovery_s": recovered, "lost": sum(r.lost for r in after),
+            "slowest_s": max((r.duration_s for r in after), default=0.0), "iterations": len(after),
+            "reinit": storm.log_count(FRESH_MARK) - marks_before[0],
+            "from_checkpoint": storm.log_count(CHECKPOINT_MARK) - marks_before[1]}
+
+
+def data_integrity(storm: Storm) -> tuple[int, int]:
+    """(samples trained twice, samples skipped): positions below the newest trained one that no
+    iteration trained are skipped, unless the coordinator still owes them (lost, to train again)."""
+    counts = collections.Counter(p for r in storm.rows.values() for p in expand_positions(r.positions))
+    if not counts:
+        return 0, 0
+    owed = storm.app.ledger.lost_positions if storm.app else set()
+    twice = sum(1 for c in counts.values() if c > 1)
+    skipped = sum(1 for p in range(min(counts), max(counts)) if p not in counts and p not in owed)
+    return twice, skipped
+
+
+async def run_storm(args, tmp: Path) -> list[dict]:
+    storm = Storm(tmp)
+    await storm.start_coordinator()
+    results = []
+    try:
+        for slot in range(len(STAGES)):
+            storm.start_peer(slot)
+        await storm.iterations(8, 300)
+        for fault in args.faults:
+            first, fault_at = storm.newest() + 1, time.time()
+            marks_before = storm.log_count(FRESH_MARK), storm.log_count(CHECKPOINT_MARK)
+            print(f"-- {fault} at iteration ~{first} (load {os.getloadavg()[0]:.1f})", flush=True)
+            finished = True
+            try:
+                await inject(storm, fault, args)
+                await storm.iterations(args.phase_iterations, args.phase_timeout)
+            except AssertionError as exc:      # a phase that never recovers is a result, not a crash
+                print(f"   {fault}: {exc}", flush=True)
+                finished = False
+            results.append(measure(storm, fault, fault_at, first, marks_before, finished))
+            print_row(results[-1])
+        results.append({"integrity": data_integrity(storm)})
+    finally:
+        stop_processes(list(storm.procs.values()))
+        await storm.stop_coordinator()
+    return results
+
+
+def print_row(r: dict) -> None:
+    rec = "-" if r["recovery_s"] is None else f"{r['recovery_s']:.1f}"
+    print(f"   {r['fault']:8s} normal {r['normal_s']:.2f} s  back within 20% after {rec} s  slowest {r['slowest_s']:.1f} s"
+          f"  lost {r['lost']}  fresh stages {r['reinit']}  from a checkpoint {r['from_checkpoint']}"
+          f"  ({r['iterations']} iterations)", flush=True)
+
+
+def main() -> int:
+    args = parse_args()
+    load = os.getloadavg()
+    print(f"faults bench on {os.cpu_count()} cores, load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="faults-bench-") as tmp:
+        results = asyncio.run(run_storm(args, Path(tmp)))
+    rows, (twice, skipped) = results[:-1], results[-1]["integrity"]
+    recoveries = [r["recovery_s"] for r in rows]
+    worst = -1.0 if any(x is None for x in recoveries) else max(recoveries, default=0.0)
+    print(f"samples trained twice: {twice}; skipped: {skipped}")
+    print(f"RESULT recovery_s_max={worst:.1f} lost={sum(r['lost'] for r in rows)} "
+          f"reinit_stages={sum(r['reinit'] for r in rows)} twice={twice} skipped={skipped} "
+          f"faults={len(rows)} load={os.getloadavg()[0]:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
