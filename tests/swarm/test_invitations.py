@@ -7,7 +7,10 @@ import functools
 import time
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hivemind import DHT
+from hivemind.dht.crypto import RSASignatureValidator
+from hivemind.utils.crypto import RSAPrivateKey
 from hivemind.dht.routing import DHTID
 from hivemind.dht.storage import DictionaryDHTValue
 from opsweb.dht_process import safe_for_large_calls
@@ -21,7 +24,9 @@ from peer.security.guard import PeerGuard
 from protocol import codec, ids
 from protocol.adverts import PeerAdvert, PeerState
 from protocol.messages import ProgressRecord
+from protocol.invitations import Roster
 from protocol.owner import peer_id_of_subkey
+from protocol.signing import sign
 from swarmcore.dht.validators import record_validators
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
@@ -118,6 +123,19 @@ def test_only_invited_unbanned_first_identities_write_the_runs_records(tmp_path)
             assert honest <= await stored(run.coordinator, ids.progress_key(RUN))   # the rule lets members in
             assert set(await run.round()) == honest
             assert set(await run.records.get_progress()) == honest
+            assert set(await alice_rec.get_adverts()) == honest
+            # a newer roster signed by another key (binding alice's invitation to her copy, no bans),
+            # stored for alice under the rogue's own subkey: alice keeps the organiser's
+            rogue = safe_for_large_calls(DHT(start=True, host_maddrs=LOOPBACK, initial_peers=run.maddrs))
+            run.dhts.append(rogue)
+            invite_id = alice.invitation.invite_id
+            forged = Roster(RUN, 2**62, ((invite_id, copy.identity.peer_id),))
+            await rogue.store(ids.roster_key(RUN), codec.encode(sign("roster", codec.encode(forged),
+                                                                     Ed25519PrivateKey.generate())),
+                              time.time() + 600, subkey=RSASignatureValidator(RSAPrivateKey()).local_public_key,
+                              return_future=True)
+            await alice.gate.refresh()
+            assert alice.member_rules.roster.banned == (dave.identity.peer_id,)
             assert set(await alice_rec.get_adverts()) == honest
         asyncio.run(scenario())
     finally:
