@@ -30,6 +30,7 @@ from coordinator.data_ledger import DataLedger
 from coordinator.data_resume import saved_cursor
 from coordinator.data_setup import RunData, resolve_run_data, servable_files
 from coordinator.dht_io import CoordinatorRecords
+from coordinator.members import admission_for
 from coordinator.organiser_key import OrganiserKeyError, load_or_create_organiser_key, run_address
 from coordinator.planner import PlanConfig, PlanningError, plan
 from coordinator.iteration_summaries import IterationSummary, ProgressTracker
@@ -107,7 +108,7 @@ class CoordinatorApp:
                                                          hold_s=config.replan_hold_s))
         self.finished = False
         self.replans: list[dict] = []       # every published epoch: when, why, from which iteration
-        self.bans = BanList(routes=self._route_of)   # peers that failed spot checks (shown in status)
+        self.bans = BanList(routes=self._route_of, replicas=self._replicas_of)   # failed spot/share checks
         self.advert_gate = AdvertGate(self.spec)   # adverts the spec rules out: ignored, logged once
         self.snapshot: SwarmSnapshot | None = None      # the latest round's view (status page)
         self.collapse_guard = CollapseGuard()
@@ -116,6 +117,7 @@ class CoordinatorApp:
         self.status = StatusView(self)
         self.http: StatusServer | None = None
         self.ledger = DataLedger(self.spec.microbatch_samples)   # lost samples go to the next epoch
+        self.member_book = None             # coordinator.members.MemberBook of a private run
         self.resumed = None                 # coordinator.data_resume.SavedCursor of a checkpointed run
 
     @property
@@ -129,12 +131,13 @@ class CoordinatorApp:
             remove_stale_maddrs_file(cfg.maddrs_file)
         # in a thread: the loop keeps answering Ctrl-C while the DHT comes up
         organiser = load_organiser(cfg.organiser_key_path)
-        signer, validators = record_validators(cfg.run, join_key=join_key)
+        admission, self.member_book = admission_for(cfg.run, join_key, cfg.members_path, organiser)
+        signer, validators = record_validators(cfg.run, join_key=join_key, admission=admission)
         self.dht = await asyncio.to_thread(lambda: safe_for_large_calls(DHT(
             start=True, initial_peers=list(cfg.initial_peers) or None, host_maddrs=list(cfg.host_maddrs),
             announce_maddrs=list(cfg.announce_maddrs) or None, record_validators=validators,
             shutdown_timeout=DHT_SHUTDOWN_S)))
-        self.records = CoordinatorRecords(self.dht, cfg.run, join_key, organiser, signer.local_public_key)
+        self.records = CoordinatorRecords(self.dht, cfg.run, join_key, organiser, signer.local_public_key, admission)
         try:
             # a stop cancels the round in hand: one waiting on a DHT whose p2pd a Ctrl-C
             # already ended would otherwise hold the stop up
@@ -218,7 +221,10 @@ class CoordinatorApp:
 
     async def _tick(self) -> None:
         read_from = time.monotonic()
-        adverts = self.advert_gate.admit(await self._unbanned(await self.records.get_adverts()))
+        adverts = await self.records.get_adverts()
+        if self.member_book is not None:      # private run: invitations bound, bans applied, roster out
+            adverts = await self.member_book.round(self.records, adverts)
+        adverts = self.advert_gate.admit(await self._unbanned(adverts))
         read_s = time.monotonic() - read_from
         snapshot = SwarmSnapshot(adverts, await self.records.get_links())
         now = time.monotonic()
@@ -327,6 +333,13 @@ class CoordinatorApp:
             if schedule.epoch == epoch:
                 return next((r for r in schedule.routes if r.microbatch_id == microbatch_id), None)
         return None
+
+    def _replicas_of(self, epoch: int, stage: int) -> set[str]:
+        """The peers a published schedule put on `stage` in `epoch`: only they take each other's shares."""
+        for schedule in reversed(self.schedules):
+            if schedule.epoch == epoch:
+                return {a.peer for a in schedule.assignment if a.stage == stage}
+        return set()
 
     def _origins_for(self, iteration: int) -> set[str]:
         schedule = self._schedule_for(iteration)

@@ -1,6 +1,7 @@
 """`skippipe-coordinator`: run a swarm's coordinator, or use the planner offline.
 
-Subcommands: run (default), plan, simulate, topology, eval, tokenizer, data, export, generate.
+Subcommands: run (default), plan, simulate, topology, eval, tokenizer, data, export, generate,
+invite, ban.
 """
 import argparse
 import difflib
@@ -12,7 +13,7 @@ from swarmcore.cli.run_flags import COORDINATOR, add_run_flags
 from swarmcore.cli.settings import add_config_flag, apply_settings
 from swarmcore.cli.support import EXIT_USAGE, OneLineErrorParser, add_version_flag, non_negative_int
 
-from coordinator import data_cli, export_cli, offline_cli
+from coordinator import data_cli, export_cli, members_cli, offline_cli
 from coordinator.config import CoordinatorConfig
 from coordinator.run_args import (hivemind_logs_as, print_path_length, resolve_arch, resolve_data_or_exit,
                                   run_config_fields)
@@ -29,9 +30,12 @@ Coordinate a SkipPipe Swarm training run, or plan and simulate schedules offline
   data       tokenize text into a dataset folder (token shards + dataset.json)
   export     write a run's model as a Hugging Face folder (transformers loads it)
   generate   sample a continuation from a checkpoint or an exported folder
+  invite     issue an invitation for one volunteer (--invite TOKEN)
+  ban        revoke a member: its records, routes and RPCs are refused
 """
 # Every subcommand; adding one: its name here and its module's register(sub) in build_parser.
-SUBCOMMANDS = ("run", "plan", "simulate", "topology", "eval", "tokenizer", "data", "export", "generate")
+SUBCOMMANDS = ("run", "plan", "simulate", "topology", "eval", "tokenizer", "data", "export", "generate",
+               "invite", "ban")
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -46,6 +50,10 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="address for the status page (default: 127.0.0.1; 0.0.0.0 to show it to others)")
     p.add_argument("--maddrs-file", default="", metavar="FILE",
                    help="write the multiaddrs peers pass to --initial-peers into FILE once up (for scripts)")
+    p.add_argument("--members", default="", metavar="FILE",
+                   help="admission per volunteer: the member file that `invite` and `ban` write (needs a kept "
+                        "--organiser-key); only invited, unbanned peers (and join-key holders) may write the run's "
+                        "records")
     p.add_argument("--organiser-key", default="", metavar="FILE",
                    help="the key that signs the run spec and schedules (created, mode 0600, if missing); peers pin "
                         "its public half (--run NAME@KEY, printed at start), so keep it: a coordinator restarted with "
@@ -60,10 +68,15 @@ def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
         **run_config_fields(args), warmup_steps=args.warmup,
         host_maddrs=tuple(args.host_maddrs), announce_maddrs=tuple(args.announce_maddrs),
         initial_peers=tuple(args.initial_peers), min_peers=args.min_peers,
-        status_host=args.status_host, maddrs_file=args.maddrs_file, organiser_key_path=args.organiser_key)
+        status_host=args.status_host, maddrs_file=args.maddrs_file, organiser_key_path=args.organiser_key,
+        members_path=args.members)
 
 
 def run_command(args: argparse.Namespace) -> int:
+    if args.members and not args.organiser_key:
+        print("skippipe-coordinator: error: --members needs --organiser-key FILE (the key that signed the "
+              "invitations)", file=sys.stderr)
+        return EXIT_USAGE
     run_data = resolve_data_or_exit("skippipe-coordinator", args)
     failed = resolve_arch("skippipe-coordinator", args, run_data.vocab_size)
     if failed is not None:
@@ -86,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     offline_cli.register(sub)
     data_cli.register(sub)
     export_cli.register(sub)
+    members_cli.register(sub)
     for name, command in sub.choices.items():   # `--config FILE` works before or after any subcommand
         if not any("--config" in a.option_strings for a in command._actions):
             add_config_flag(command)

@@ -31,6 +31,7 @@ class CoordinatorConfig:
     status_host: str = "127.0.0.1"          # 0.0.0.0 to show the page to other machines
     maddrs_file: str = ""                   # write the multiaddrs peers join with here (scripts, compose)
     organiser_key_path: str = ""            # signs the spec and schedules; "" = a new key each start
+    members_path: str = ""                  # invitations and bans (coordinator/members.py); "" = none
     join_key_path: str = ""                 # require this join secret of peers ("" = open run); created if missing
     checkpoint_dir: str = ""                # the peers' checkpoints, if visible here: the data cursor resumes
     data_dir: str = ""                      # a dataset folder (tokendata); "" = the embedded corpus

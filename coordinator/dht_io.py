@@ -7,17 +7,20 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hivemind import DHT
 
 from protocol import codec, ids
+from protocol.invitations import Roster
 from protocol.messages import RunSpec
 from swarmcore.dht.subkey_records import dht_values
 from protocol.schedule import Schedule
 from protocol.signing import public_key_text, sign
 from swarmcore.dht.signed_records import open_signed
 from protocol.spot_checks import SpotCheckRecord
+from swarmcore.dht.admission import AdmissionRules
 from swarmcore.dht.records import RunRecords
 
 logger = logging.getLogger(__name__)
 SPEC_TTL_S = 3600.0
 SCHEDULE_TTL_S = 3600.0
+ROSTER_TTL_S = 3600.0
 
 
 class CoordinatorRecords(RunRecords):
@@ -26,8 +29,9 @@ class CoordinatorRecords(RunRecords):
     nobody else can overwrite them (hivemind's RSASignatureValidator)."""
 
     def __init__(self, dht: DHT, run: str, join_key: bytes | None = None,
-                 organiser: Ed25519PrivateKey | None = None, owner_subkey: bytes | None = None):
-        super().__init__(dht, run, join_key)
+                 organiser: Ed25519PrivateKey | None = None, owner_subkey: bytes | None = None,
+                 admission: AdmissionRules | None = None):
+        super().__init__(dht, run, join_key, admission)
         self.organiser = organiser or Ed25519PrivateKey.generate()
         self.owner_subkey = owner_subkey
 
@@ -38,6 +42,10 @@ class CoordinatorRecords(RunRecords):
     async def put_schedule(self, schedule: Schedule) -> bool:
         record = sign("schedule", codec.encode(schedule), self.organiser)
         return await self._store(ids.schedule_key(self.run), record, SCHEDULE_TTL_S, subkey=self.owner_subkey)
+
+    async def put_roster(self, roster: Roster) -> bool:
+        record = sign("roster", codec.encode(roster), self.organiser)
+        return await self._store(ids.roster_key(self.run), record, ROSTER_TTL_S, subkey=self.owner_subkey)
 
     async def get_schedule(self, any_signer: bool = False) -> Schedule | None:
         """The newest schedule signed with our organiser key (a restart with the same key file

@@ -31,14 +31,19 @@ class BanList:
 
     With `routes` ((epoch, microbatch_id) -> the Route a published schedule gave it, or None), a
     report counts only from the peer that received the checked hop's output on that route: a
-    member cannot file failures about peers it never received anything from (issue 24)."""
+    member cannot file failures about peers it never received anything from (issue 24). A
+    "share" report (a replica's gradient share left out repeatedly, peer/pipeline/robust_shares)
+    counts only when `replicas` ((epoch, stage) -> the peers a published schedule put on that
+    stage) has both the reporter and the suspect on the reported stage: only a replica receives
+    another's shares."""
 
     SEEN_KEPT = 16384                          # > 64 reports x many reporters: a report counts once
 
     def __init__(self, failures_to_ban: int = 2, reporters_to_ban: int = 2,
-                 routes: Callable[[int, int], Route | None] | None = None):
+                 routes: Callable[[int, int], Route | None] | None = None,
+                 replicas: Callable[[int, int], set[str]] | None = None):
         self.failures_to_ban, self.reporters_to_ban = failures_to_ban, reporters_to_ban
-        self.routes = routes
+        self.routes, self.replicas = routes, replicas
         self.ignored_reports = 0                   # reports from peers not placed to make them
         self._failures: dict[str, set[tuple]] = {}
         self.banned: dict[str, str] = {}       # peer id -> reason, for the status page
@@ -55,15 +60,24 @@ class BanList:
             if r.passed or r.suspect in self.banned:
                 continue
             seen = self._failures.setdefault(r.suspect, set())
-            seen.add((reporter, r.epoch, r.iteration, r.microbatch_id))
+            seen.add((reporter, r.epoch, r.iteration, r.microbatch_id, r.kind))
             reporters = {x[0] for x in seen}
             if len(seen) >= self.failures_to_ban and len(reporters) >= self.reporters_to_ban:
-                self.banned[r.suspect] = (f"failed {len(seen)} spot checks (from {len(reporters)} peers; "
+                what = "spot checks or share checks" if r.kind == "share" else "spot checks"
+                self.banned[r.suspect] = (f"failed {len(seen)} {what} (from {len(reporters)} peers; "
                                           f"last relative error {r.relative_error:.3g})")
                 newly.append(r.suspect)
         return newly
 
     def _placed_to_report(self, reporter: str, r) -> bool:
+        if getattr(r, "kind", "forward") == "share":
+            if self.replicas is None:
+                return self.routes is None
+            placed = self.replicas(r.epoch, r.stage)
+            if reporter in placed and r.suspect in placed:
+                return True
+            self.ignored_reports += 1
+            return False
         if self.routes is None:
             return True
         route = self.routes(r.epoch, r.microbatch_id)
@@ -73,7 +87,7 @@ class BanList:
         return False
 
     def _count(self, reporter: str, r) -> None:
-        key = (reporter, r.suspect, r.epoch, r.iteration, r.microbatch_id, r.stage)
+        key = (reporter, r.suspect, r.epoch, r.iteration, r.microbatch_id, r.stage, r.kind)
         if key in self._seen:
             return
         self._seen[key] = None

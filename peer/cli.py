@@ -150,6 +150,9 @@ def _security_flags(p: argparse.ArgumentParser) -> None:
                    help="keep this peer's key (its peer id) in FILE, created with mode 0600 if missing "
                         "(default: a new identity each start)")
     g.add_argument("--join-key", type=Path, metavar="FILE", help="the run's join secret, if it requires one")
+    g.add_argument("--invite", default="", metavar="TOKEN",
+                   help="the invitation the organiser gave you (skippipe-coordinator invite); it pins the run's "
+                        "organiser key, and binds to this peer's identity (keep it with --identity)")
     g.add_argument("--max-requests-per-s", type=positive_rate, default=100.0, metavar="R",
                    help="requests per second accepted from one peer before answering OVERLOADED (default: 100)")
     g.add_argument("--spot-check-rate", type=rate_0_1, default=0.0, metavar="F",
@@ -219,11 +222,27 @@ def fault_spec(text: str) -> str:
     return text
 
 
+def invited_key(token: str, pinned: str) -> str:
+    """The organiser key to pin: --run NAME@KEY's, or else the invitation's; both must agree."""
+    if not token:
+        return pinned
+    from protocol.invitations import InvitationError, parse_token
+    try:
+        key = parse_token(token).organiser_key
+    except InvitationError as exc:
+        raise argparse.ArgumentTypeError(f"--invite: {exc}") from None
+    if pinned and pinned != key:
+        raise argparse.ArgumentTypeError("--invite is for another organiser key than --run NAME@KEY names")
+    return key
+
+
 def config_from_args(args: argparse.Namespace) -> PeerConfig:
     from peer.compute.device import parse_device  # torch: only once the flags parsed
     device = str(parse_device(args.gpu, args.device))
+    organiser_key = invited_key(args.invite, args.run[1])
     return PeerConfig(
-        initial_peers=tuple(args.initial_peers), run=args.run[0], organiser_key=args.run[1], device=device, stage=args.stage,
+        initial_peers=tuple(args.initial_peers), run=args.run[0], organiser_key=organiser_key, invite=args.invite,
+        device=device, stage=args.stage,
         host_maddrs=tuple(args.host_maddrs), announce_maddrs=tuple(args.announce_maddrs),
         data=args.data, cache_dir=args.cache_dir, checkpoint_dir=args.checkpoint_dir,
         save_every=args.save_every, keep_last=args.keep_last,
@@ -248,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     try:  # a missing, busy or out-of-range GPU: one line and exit 2, before joining anything
         config = config_from_args(args)
         check_device(config.device, config.max_vram_bytes)
-    except DeviceError as exc:
+    except (DeviceError, argparse.ArgumentTypeError) as exc:
         print(f"skippipe-peer: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     for flag, folder in (("--cache-dir", args.cache_dir if not args.no_benchmark else None),

@@ -36,6 +36,7 @@ class PeerConfig:
     benchmark: bool = True                    # measure one layer at start (cached)
     identity_path: Path | None = None         # persistent key file (peer id); None: a fresh one per start
     join_key_path: Path | None = None         # the run's join secret, when it requires one
+    invite: str = ""                          # an invitation token (protocol/invitations.py), when admitted by one
     max_requests_per_s: float = 100.0         # per remote peer (token bucket; burst = 2 s worth)
     fault: str = ""                           # chaos testing: see peer/chaos.py
     spot_check_rate: float = 0.0              # share of our forwards recomputed on another replica (0: off)

@@ -38,6 +38,7 @@ class PeerAdvert:
     stage0_extra_param_bytes: int = 0  # stage 0's embedding, final norm and head, beyond its layers
     member_proof: bytes = b""         # HMAC(join key, run, peer_id) when the run needs a join key
     reachability: str = ""            # the peer's start-up self-test verdict (peer/reachability.py)
+    invite_claim: bytes = b""         # protocol/invitations.make_claim, when admitted by invitation
 
     def __post_init__(self):
         if self.memory_free_bytes < 0:

@@ -10,6 +10,7 @@ import msgpack
 
 from protocol import messages as m
 from protocol.adverts import LinkReport, PeerAdvert
+from protocol.invitations import Roster
 from protocol.errors import DecodeError, MessageTooLarge, ProtocolError, UnknownMessageType
 from protocol.plain import from_plain, to_plain
 from protocol.schedule import Schedule
@@ -52,6 +53,7 @@ TYPE_CODES: dict[type, int] = {
     SpotCheckRequest: 52,
     SpotCheckReference: 53,
     SignedRecord: 60,          # v1.4: the organiser's signature on the spec and schedules
+    Roster: 61,                # v1.5: who was admitted by invitation, and who was banned
 }
 TYPES_BY_CODE: dict[int, type] = {code: cls for cls, code in TYPE_CODES.items()}
 

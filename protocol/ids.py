@@ -42,3 +42,8 @@ def progress_key(run: str) -> str:
 
 def spot_checks_key(run: str) -> str:
     return _key(run, "spot_checks")
+
+
+def roster_key(run: str) -> str:
+    """The organiser's signed Roster (protocol/invitations.py)."""
+    return _key(run, "roster")

@@ -31,7 +31,7 @@ class SignatureError(ProtocolError):
 
 @dataclass(frozen=True)
 class SignedRecord:
-    kind: str              # what the payload decodes to: "spec" or "schedule"
+    kind: str              # what the payload is: "spec", "schedule", "roster" or "invite"
     payload: bytes         # codec.encode(the message)
     signer: str            # the organiser's public key (public_key_text)
     signature: bytes
@@ -44,7 +44,7 @@ class SignedRecord:
         parse_public_key(self.signer, field="signer")
 
 
-KINDS = ("spec", "schedule")
+KINDS = ("spec", "schedule", "roster", "invite")   # invite: protocol/invitations.py
 
 
 def public_key_text(key: Ed25519PublicKey | Ed25519PrivateKey) -> str:

@@ -31,6 +31,9 @@ class SpotCheckReference:
     tensor: TensorPayload
 
 
+REPORT_KINDS = ("forward", "share")
+
+
 @dataclass(frozen=True)
 class SpotCheckReport:
     suspect: str                     # the peer whose output was checked
@@ -39,10 +42,13 @@ class SpotCheckReport:
     iteration: int
     microbatch_id: int
     stage: int
-    relative_error: float            # ||suspect - checker|| / ||checker||
+    relative_error: float            # ||suspect - checker|| / ||checker|| (a share: its norm over the reference)
     passed: bool
+    kind: str = "forward"            # v1.5: "share": the suspect's gradient share was left out as an outlier
 
     def __post_init__(self):
+        if self.kind not in REPORT_KINDS:
+            raise FieldError("kind", f"must be one of {', '.join(REPORT_KINDS)}")
         if self.relative_error < 0:
             raise FieldError("relative_error", "must be >= 0")
         for name in ("epoch", "iteration", "microbatch_id", "stage"):

@@ -13,6 +13,7 @@ from swarmcore.dht.subkey_records import dht_values
 from protocol.schedule import Schedule
 from swarmcore.dht.signed_records import open_signed
 from protocol.spot_checks import SpotCheckRecord
+from swarmcore.dht.admission import AdmissionRules
 from swarmcore.dht.records import RunRecords
 
 logger = logging.getLogger(__name__)
@@ -23,8 +24,8 @@ class PeerRecords(RunRecords):
     RSASignatureValidator); `join_key`: when set, adverts without a valid member proof are dropped."""
 
     def __init__(self, dht: DHT, run: str, peer_id: str, subkey: bytes, join_key: bytes | None = None,
-                 organiser_key: str = ""):
-        super().__init__(dht, run, join_key)
+                 organiser_key: str = "", admission: AdmissionRules | None = None):
+        super().__init__(dht, run, join_key, admission)
         self.peer_id = peer_id
         self.subkey = subkey
         self.organiser_key = organiser_key   # the spec and schedules count only under this key

@@ -16,6 +16,7 @@ to it is still on its way (Outbound.gone).
 import asyncio
 import logging
 import time
+import math
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Coroutine
 
@@ -24,6 +25,7 @@ import torch
 from protocol import messages as m
 from protocol.messages import GradientShare
 from protocol.schedule import Schedule
+from protocol.spot_checks import SpotCheckReport
 
 from peer.pipeline import plan_view as pv
 from peer.pipeline.flights import IterationOutcome
@@ -32,7 +34,7 @@ from peer.pipeline.seat import StageSeat
 from peer.pipeline.sender import Sender
 from peer.pipeline.settings import WorkerSettings
 from peer.pipeline.robust_shares import FACTOR as OUTLIER_FACTOR
-from peer.pipeline.robust_shares import outliers
+from peer.pipeline.robust_shares import LeftOutRule, outliers, per_sample_norm
 from peer.pipeline.share_codec import encode_share
 
 logger = logging.getLogger(__name__)
@@ -188,12 +190,14 @@ class GradientExchange:
     averaged step on the seat's runner."""
 
     def __init__(self, me: str, run: str, settings: WorkerSettings, seat: StageSeat, ledger: Ledger,
-                 sender: Sender):
+                 sender: Sender, report: Callable[[SpotCheckReport], None] = lambda r: None):
         self.me, self.run, self.settings = me, run, settings
         self.seat, self.ledger, self.health = seat, ledger, sender.health
         self.shares = ShareBox()
         self.left_out: set[str] = set()      # replicas whose shares robust_shares.outliers left out
         self.unanswered: set[str] = set()    # replicas we averaged without last time (no share came)
+        self.bans = LeftOutRule()            # ... repeatedly: their shares are not taken any more
+        self.report = report                 # published like a failed spot check (SpotChecks.add_report)
         self.deliveries = ShareDeliveries(
             lambda peer, share: sender.send_with_retries(peer, share, f"gradient share {share.iteration}"),
             self.shares, sender.tasks.spawn)
@@ -209,23 +213,28 @@ class GradientExchange:
         """End of iteration `i`: exchange gradients with the stage's other replicas, average
         what arrived, step the optimizer."""
         seat, r = self.seat, self.seat.runner
-        others = [p for p in pv.replicas(schedule, seat.stage) if p != self.me]
+        replicas = [p for p in pv.replicas(schedule, seat.stage) if p != self.me]
+        others = [p for p in replicas if p not in self.bans.banned]   # whose shares we take
         mine = Contribution(await seat.compute(r.grad_vector), r.samples_this_step, outcome.loss_sum)
-        if others:
+        if replicas:
             payload, scales, vector = await seat.compute(encode_share, mine.vector, self.settings.share_dtype)
             mine = Contribution(vector, mine.samples, mine.loss_sum)
             share = m.GradientShare(self.run, schedule.epoch, i, seat.stage, mine.samples, payload,
                                     mine.loss_sum, scales)
-            outbound = self.deliveries.start(others, share)  # in the background: no ack wait
+            # in the background (no ack wait); a banned replica still gets ours: not to stall it
+            outbound = self.deliveries.start(replicas, share)
             # replicas may legitimately still be working: wait as long as an iteration may take,
             # but not for one that died (its gradients died with it) or would not take ours
             self.ledger.awaiting_shares = set(others)  # recovery heartbeats them while we wait
             patience, brief = self._share_patience_s(), Patience(UNANSWERED_PATIENCE_S)
+
+            def given_up(p: str) -> bool:
+                suspect = self.health.suspect(p)
+                return outbound.gone(p, suspect) or (suspect and (
+                    patience.expired() or (p in self.unanswered and brief.expired())))
             try:
                 got = await self.shares.collect(i, seat.stage, set(others), self.settings.iteration_timeout_s,
-                                                gone=lambda p: outbound.gone(p, self.health.suspect(p)) or (
-                                                    self.health.suspect(p) and (
-                                                        patience.expired() or (p in self.unanswered and brief.expired()))))
+                                                gone=given_up)
             finally:
                 self.ledger.awaiting_shares = set()
             contributions = {**got, self.me: mine}
@@ -236,6 +245,7 @@ class GradientExchange:
                                "replicas' typical one (a broken or poisoned replica)", i,
                                [p[:12] for p in sorted(poisoned)], OUTLIER_FACTOR)
                 self.left_out.update(poisoned)
+            self._ban_repeated(schedule, i, contributions, poisoned)
             result = combine({p: c for p, c in contributions.items() if p not in poisoned}, [self.me, *others])
             # a replica still silent after we averaged without it is not waited for again
             self.unanswered = set(result.missing) - set(got)
@@ -245,3 +255,17 @@ class GradientExchange:
             await seat.compute(r.set_grad_vector, result.vector, result.samples)
         stats = await seat.compute(r.step)
         logger.debug("iteration %d stage %d step: %s", i, seat.stage, stats)
+
+    def _ban_repeated(self, schedule: Schedule, i: int, contributions: dict[str, Contribution],
+                      poisoned: set[str]) -> None:
+        """LeftOutRule over the other replicas whose shares came; report those banned now."""
+        senders = set(contributions) - {self.me}
+        for peer in sorted(self.bans.observe(senders, poisoned & senders)):
+            own = per_sample_norm(contributions[self.me].vector, contributions[self.me].samples)
+            theirs = per_sample_norm(contributions[peer].vector, contributions[peer].samples)
+            ratio = theirs / own if own > 0 and math.isfinite(theirs) else 1e300
+            logger.warning("replica %s is banned here: its gradient share was left out in %d of its last %d "
+                           "exchanges (now %.3g times our per-sample norm); its shares are no longer taken",
+                           peer, self.bans.threshold, self.bans.window, ratio)
+            self.report(SpotCheckReport(peer, self.me, schedule.epoch, i, 0, self.seat.stage, ratio, False,
+                                        kind="share"))

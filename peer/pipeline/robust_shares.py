@@ -46,3 +46,29 @@ def outliers(shares: dict[str, tuple[torch.Tensor, int]], me: str, factor: float
     finite = sorted(working.values())
     reference = finite[(len(finite) - 1) // 2]
     return bad | {p for p, x in working.items() if x > factor * reference}
+
+
+class LeftOutRule:
+    """Bans a replica whose share was left out in `threshold` of its last `window` exchanges
+    (2 of 3): one outlier may be a fluke (a replica that trained a single sample, a loss spike),
+    a repeated one is a broken or poisoned replica. A banned sender's shares are not taken any
+    more (locally, for the rest of the run); the coordinator drops it from plans when two
+    distinct replicas of its stage report it (coordinator/swarm_view.BanList)."""
+
+    def __init__(self, window: int = 3, threshold: int = 2):
+        self.window, self.threshold = window, threshold
+        self._history: dict[str, list[bool]] = {}
+        self.banned: set[str] = set()
+
+    def observe(self, senders: set[str], left_out: set[str]) -> set[str]:
+        """One exchange: the other replicas whose shares arrived, and which were left out.
+        Returns the senders banned just now."""
+        newly = set()
+        for peer in senders - self.banned:
+            history = self._history.setdefault(peer, [])
+            history.append(peer in left_out)
+            del history[:-self.window]
+            if sum(history) >= self.threshold:
+                self.banned.add(peer)
+                newly.add(peer)
+        return newly

@@ -310,6 +310,10 @@ class SpotChecks:
             logger.warning("spot check FAILED: %s's stage-%d output for iteration %d microbatch %d is off by %.3g "
                            "(relative to replica %s; tolerance %g)", r.suspect, r.stage, r.iteration,
                            r.microbatch_id, r.relative_error, reference.peer[:12], rtol)
+        self.add_report(r)
+
+    def add_report(self, r: SpotCheckReport) -> None:
+        """Publish `r` with our other reports (also a left-out gradient share's, from averaging)."""
         self.reports.append(r)
         self._dirty = True
         if self.publish is not None and not self._publishing:

@@ -95,7 +95,8 @@ class PipelineWorker:
                                settings.rpc_timeout_s, publish=self.hooks.publish_spot_checks)
         self.sender = Sender(me, spec.run, rpc, health, settings, self.ledger, self.inbox, self.spot, self.tasks)
         self.recovery = Recovery(me, spec.run, settings, seat, self.ledger, self.sender, self.tasks)
-        self.exchange = GradientExchange(me, spec.run, settings, seat, self.ledger, self.sender)
+        self.exchange = GradientExchange(me, spec.run, settings, seat, self.ledger, self.sender,
+                                         report=self.spot.add_report)
         self.rejoin = Rejoin(me, self.isolation, seat, self.ledger, self.inbox, book, health,
                              StateFetcher(me, spec.run, rpc, settings, seat), self.hooks.refresh_schedule)
 

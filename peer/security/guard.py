@@ -8,11 +8,13 @@ import tempfile
 from pathlib import Path
 
 from protocol.adverts import PeerAdvert
+from protocol.invitations import InvitationError, make_claim, parse_token
 from protocol.membership import JoinKeyError, load_join_key, member_proof
 from protocol.tensors import DEFAULT_CHUNK_BYTES
 
 from peer.config import PeerConfig
 from peer.discovery.dht_records import PeerRecords
+from swarmcore.dht.admission import AdmissionRules, push_rules
 from swarmcore.dht.validators import record_validators
 from peer.security.identity import IdentityError, duplicate_message, load_identity
 from peer.security.limits import Admission, Limits
@@ -27,16 +29,30 @@ class PeerGuard:
         self._tmp: Path | None = None
         try:
             self.join_key = load_join_key(config.join_key_path) if config.join_key_path else None
+            self.invitation = parse_token(config.invite) if config.invite else None
             path = config.identity_path
             if path is None:  # one key must serve libp2p and DHT signing, so even a fresh one is a file
                 self._tmp = Path(tempfile.mkdtemp(prefix="skippipe-id-"))
                 path = self._tmp / "identity.key"
             self.identity = load_identity(path)
-        except (JoinKeyError, IdentityError) as exc:
+        except (JoinKeyError, IdentityError, InvitationError) as exc:
             self.close()
             raise ValueError(str(exc)) from None
-        self.signer, self.validators = record_validators(config.run, self.identity.private_key, self.join_key)
+        if self.invitation is not None and config.organiser_key and config.organiser_key != self.invitation.organiser_key:
+            self.close()
+            raise ValueError("--invite is for another organiser key than --run NAME@KEY names")
+        # a private run (a join key or an invitation): only members write its records
+        self.member_rules = None
+        if self.join_key is not None or self.invitation is not None:
+            self.member_rules = AdmissionRules(config.run, self.join_key, organiser_key=self.organiser_key,
+                                                always=frozenset({self.identity.peer_id}))
+        self.signer, self.validators = record_validators(config.run, self.identity.private_key, self.join_key,
+                                                         self.member_rules)
         self.gate: MemberGate | None = None
+
+    @property
+    def organiser_key(self) -> str:
+        return self.config.organiser_key or (self.invitation.organiser_key if self.invitation else "")
 
     def dht_kwargs(self) -> dict:
         # hivemind's own duplicate check (a throwaway p2pd dials our id) only matters for a kept identity
@@ -54,18 +70,24 @@ class PeerGuard:
         if peer_id != self.identity.peer_id:
             raise IdentityError(f"libp2p runs as {peer_id}, but the identity file is {self.identity.peer_id}")
         return PeerRecords(dht, self.config.run, peer_id, self.signer.local_public_key, self.join_key,
-                           self.config.organiser_key)
+                           self.organiser_key, self.member_rules)
 
     def sign_advert(self, advert: PeerAdvert) -> PeerAdvert:
-        if self.join_key is None:
-            return advert
-        return dataclasses.replace(advert, member_proof=member_proof(self.join_key, self.config.run, advert.peer_id))
+        if self.join_key is not None:
+            advert = dataclasses.replace(advert, member_proof=member_proof(self.join_key, self.config.run, advert.peer_id))
+        if self.invitation is not None:
+            advert = dataclasses.replace(advert, invite_claim=make_claim(self.invitation, self.config.run, advert.peer_id))
+        return advert
 
     def rpc_server(self, records: PeerRecords, server_class):
         cfg = self.config
-        if self.join_key is not None:
+        if self.member_rules is not None:
             async def members() -> set[str]:
-                return set(await records.get_adverts())
+                self.member_rules.organiser_key = records.organiser_key   # pinned on first use, maybe since
+                await records.get_roster()
+                admitted = set(await records.get_adverts())
+                await push_rules(records.dht, self.member_rules)           # our DHT node refuses the others
+                return admitted
             self.gate = MemberGate(members, always={records.peer_id})
         budget = max(cfg.max_request_mb * 1024 * 1024, DEFAULT_CHUNK_BYTES)
         # one peer's half-received streams may hold `budget` (the largest tensor), all peers 4x that

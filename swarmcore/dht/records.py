@@ -10,23 +10,29 @@ from hivemind import DHT
 
 from protocol import codec, ids
 from protocol.adverts import LinkReport, PeerAdvert
+from protocol.invitations import Roster
 from protocol.messages import ProgressRecord
-from protocol.membership import is_member
 from protocol.owner import peer_id_of_subkey
-from swarmcore.dht.subkey_records import decode_subkey_records
+from swarmcore.dht.admission import AdmissionRules
+from swarmcore.dht.signed_records import open_signed
+from swarmcore.dht.subkey_records import decode_subkey_records, dht_values
 
 logger = logging.getLogger(__name__)
 DHT_TIMEOUT_S = 10.0
 
 
 class RunRecords:
-    """`join_key`: when set, adverts without a valid member proof are dropped (and counted in
-    `non_members`); `bad_records` counts the malformed or forged ones skipped."""
+    """`admission` (or a `join_key` alone): a private run, whose non-members' records are
+    dropped (adverts counted in `non_members`; swarmcore/dht/admission.py); `bad_records`
+    counts the malformed or forged ones skipped."""
 
-    def __init__(self, dht: DHT, run: str, join_key: bytes | None = None):
+    def __init__(self, dht: DHT, run: str, join_key: bytes | None = None, admission: AdmissionRules | None = None):
         self.dht = dht
         self.run = run
         self.join_key = join_key
+        if admission is None and join_key is not None:
+            admission = AdmissionRules(run, join_key)
+        self.admission = admission
         self.bad_records = 0
         self.non_members = 0
 
@@ -48,15 +54,28 @@ class RunRecords:
         if problems:
             self.bad_records += len(problems)
             logger.debug("skipped %d bad %s record(s): %s", len(problems), expected.__name__, problems[:3])
+        if self.admission is not None and expected is not PeerAdvert:
+            decoded = {p: r for p, r in decoded.items() if self.admission.owner_admitted(p)}
         return decoded
 
     async def get_adverts(self) -> dict[str, PeerAdvert]:
         adverts = await self._subkeys(ids.peers_key(self.run), PeerAdvert)
-        if self.join_key is None:
+        if self.admission is None:
             return adverts
-        members = {p: a for p, a in adverts.items() if is_member(self.join_key, self.run, p, a.member_proof)}
+        members = {p: a for p, a in adverts.items() if self.admission.advert_admitted(a)}
         self.non_members += len(adverts) - len(members)
+        self.admission.members = frozenset(members)
         return members
+
+    async def get_roster(self) -> Roster | None:
+        """The newest roster signed by the organiser key (when one is known); kept in `admission`."""
+        if self.admission is None or not self.admission.organiser_key:
+            return None
+        opened = open_signed(dht_values(await self._get(ids.roster_key(self.run))), "roster", Roster,
+                             self.admission.organiser_key, rank=lambda r: r.version)
+        self.bad_records += opened.refused
+        self.admission.set_roster(opened.message)
+        return self.admission.roster
 
     async def get_links(self) -> dict[str, LinkReport]:
         return await self._subkeys(ids.links_key(self.run), LinkReport)

@@ -8,8 +8,10 @@ the coordinator's, so no node of the run stores what the others would refuse.
   unsigned subkey beside them nor replace the whole dictionary with a plain value.
 - ExpiryBound: no record may expire more than 2 h ahead (a forged record cannot outlive the
   honest refreshes for a month).
-- MemberAdvertValidator (only with a join key): an advert without a valid member proof is
-  refused at store time, so non-members cannot write adverts into members' nodes.
+- MemberValidator (private runs: a join key or invitations): an advert without a valid member
+  proof or invitation claim, or of a banned peer, is refused at store time, and so are the
+  other per-peer records of anyone whose advert was not admitted (swarmcore/dht/admission.py),
+  so non-members cannot write any record of the run into members' nodes.
 Readers still check every record (swarmcore.dht.subkey_records), since a stranger's own node stores anything.
 
 Signature checks are cached (CachedSignatureValidator): every read of a key validates each
@@ -27,11 +29,11 @@ from hivemind.dht.schema import BytesWithPublicKey, SchemaValidator
 from hivemind.dht.validation import DHTRecord, RecordValidatorBase
 from hivemind.utils.crypto import RSAPrivateKey
 
+from swarmcore.dht.admission import AdmissionRules
 from swarmcore.dht.expiry import ExpiryBound
 from protocol import codec, ids
 from protocol.adverts import PeerAdvert
 from protocol.errors import ProtocolError
-from protocol.membership import is_member
 from protocol.owner import BadOwnerKey, peer_id_of_subkey
 
 MAX_RECORD_BYTES = 64 * 1024
@@ -66,8 +68,8 @@ def per_peer_keys(run: str) -> tuple[str, ...]:
 
 
 def control_keys(run: str) -> tuple[str, ...]:
-    """The coordinator's keys: the run spec and the schedules, under its own owned subkey."""
-    return ids.spec_key(run), ids.schedule_key(run)
+    """The coordinator's keys: the run spec, the schedules and the roster, under its own owned subkey."""
+    return ids.spec_key(run), ids.schedule_key(run), ids.roster_key(run)
 
 
 def record_schema(run: str) -> type:
@@ -77,21 +79,25 @@ def record_schema(run: str) -> type:
     return pydantic.create_model(f"SkipPipeRecords_{run}", **fields)
 
 
-class MemberAdvertValidator(RecordValidatorBase):
-    """Accepts an advert only from its owner key's peer id with a valid join-key proof."""
+class MemberValidator(RecordValidatorBase):
+    """In a private run (swarmcore/dht/admission.py): an advert only from its owner key's peer id
+    with a valid join-key proof or invitation claim, and not banned; the owner's other per-peer
+    records only once its advert was admitted. `rules` is replaced by push_rules."""
 
-    def __init__(self, run: str, join_key: bytes):
-        self.run, self.join_key = run, join_key
-        self.key_id = DHTID.generate(source=ids.peers_key(run)).to_bytes()
+    def __init__(self, rules: AdmissionRules):
+        self.run, self.rules = rules.run, rules
+        self.advert_key = DHTID.generate(source=ids.peers_key(rules.run)).to_bytes()
+        self.other_keys = {DHTID.generate(source=k).to_bytes() for k in per_peer_keys(rules.run)} - {self.advert_key}
 
     def validate(self, record: DHTRecord) -> bool:
-        if record.key != self.key_id:
+        if record.key != self.advert_key and record.key not in self.other_keys:
             return True
         try:
-            subkey = DHTProtocol.serializer.loads(record.subkey)
+            owner = peer_id_of_subkey(DHTProtocol.serializer.loads(record.subkey))
+            if record.key != self.advert_key:
+                return self.rules.owner_admitted(owner)
             advert = codec.decode(DHTProtocol.serializer.loads(record.value), expected=PeerAdvert)
-            return (advert.peer_id == peer_id_of_subkey(subkey)
-                    and is_member(self.join_key, self.run, advert.peer_id, advert.member_proof))
+            return advert.peer_id == owner and self.rules.advert_admitted(advert)
         except (ProtocolError, BadOwnerKey, ValueError, TypeError):
             return False
 
@@ -103,13 +109,17 @@ class MemberAdvertValidator(RecordValidatorBase):
         return False
 
 
-def record_validators(run: str, private_key: RSAPrivateKey | None = None,
-                      join_key: bytes | None = None) -> tuple[RSASignatureValidator, list[RecordValidatorBase]]:
+
+def record_validators(run: str, private_key: RSAPrivateKey | None = None, join_key: bytes | None = None,
+                      admission: AdmissionRules | None = None) -> tuple[RSASignatureValidator, list[RecordValidatorBase]]:
     """(the signer, every validator for DHT(record_validators=...)). Without `private_key` the
-    signer has a fresh key: enough for a node that writes no owned subkey (the coordinator)."""
+    signer has a fresh key: enough for a node that writes no owned subkey (the coordinator).
+    A private run (`admission`, or a `join_key` alone) adds the MemberValidator."""
     signer = CachedSignatureValidator(private_key)
     validators: list[RecordValidatorBase] = [signer, SchemaValidator(record_schema(run), allow_extra_keys=True),
                                              ExpiryBound()]
-    if join_key is not None:
-        validators.append(MemberAdvertValidator(run, join_key))
+    if admission is None and join_key is not None:
+        admission = AdmissionRules(run, join_key)
+    if admission is not None:
+        validators.append(MemberValidator(admission))
     return signer, validators

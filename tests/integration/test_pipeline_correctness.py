@@ -135,3 +135,33 @@ def test_a_stage_taken_mid_run_without_its_state_is_said_loudly_and_counted(capl
     app.worker = workers["p1"]
     assert "skippipe_peer_stale_stage_starts_total 1" in render_metrics(app)
     assert all(w.seat.stale_starts == 0 for w in asyncio.run(go(start=0)).values())   # a new run: nothing lost
+
+
+def test_a_replica_left_out_twice_in_three_exchanges_is_banned_and_reported():
+    # issue 24: leaving out a share did not ban its sender; now 2 of the last 3 exchanges do
+    from bench.support.memory_swarm import build_memory_swarm
+    stage_of = {"a0": 0, "a1": 1, "b1": 1, "c1": 1}
+    paths = {0: ["a0", "a1"], 1: ["a0", "b1"], 2: ["a0", "c1"], 3: ["a0", "a1"]}
+    spec = m.RunSpec(**{**SPEC.__dict__, "num_stages": 2, "microbatches_per_origin": 4, "max_steps": 3})
+    batch, _ = batches_for(spec)
+
+    async def go():
+        _, workers = await build_memory_swarm(spec, make_schedule("t", stage_of, paths), batch, 60.0, None, "float32")
+        seat, honest_compute = workers["c1"].seat, workers["c1"].seat.compute
+
+        async def poisoning(fn, *args):
+            out = await honest_compute(fn, *args)
+            return out * 1e3 if getattr(fn, "__name__", "") == "grad_vector" else out
+        seat.compute = poisoning
+        await asyncio.wait_for(asyncio.gather(*(w.run() for w in workers.values())), 90.0)
+        return workers
+    workers = asyncio.run(go())
+    a1, b1 = workers["a1"], workers["b1"]
+    for honest in (a1, b1):
+        assert honest.exchange.bans.banned == {"c1"}
+        reports = [r for r in honest.spot.reports if r.kind == "share"]
+        assert [(r.suspect, r.stage, r.passed, r.iteration) for r in reports] == [("c1", 1, False, 1)]
+        assert reports[0].relative_error > 100
+    assert workers["c1"].exchange.bans.banned == set()      # the honest ones are never banned by the rule
+    assert torch.equal(a1.seat.runner.parameter_vector(), b1.seat.runner.parameter_vector())
+    assert torch.isfinite(a1.seat.runner.parameter_vector()).all()

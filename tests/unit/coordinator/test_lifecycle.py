@@ -19,7 +19,7 @@ class FakeDHT:
 class FakeRecords:
     stuck = False       # get_adverts never returns: a DHT whose p2pd is gone
 
-    def __init__(self, dht, run, join_key, organiser, public_key):
+    def __init__(self, dht, run, join_key, organiser, public_key, admission=None):
         self.organiser = organiser
         self.rounds = 0
 

@@ -122,3 +122,24 @@ def test_reports_from_the_real_receivers_still_ban():
     assert bans.observe("z", [failed_at("p", "z", 0, 0)]) == []
     assert bans.observe("o", [failed_at("p", "o", 1, 2)]) == ["p"]    # z on mb 0, the origin on mb 2
     assert "q" not in bans.banned and bans.counts["failed"] == 2
+
+
+def share_report(suspect, reporter, iteration, stage=1, epoch=1):
+    return SpotCheckReport(suspect, reporter, epoch, iteration, 0, stage, 1e3, False, kind="share")
+
+
+def test_left_out_share_reports_ban_only_from_two_replicas_of_the_stage():
+    # issue 24: a replica banned locally for poisoned shares is reported; the coordinator drops it
+    # when two replicas of its stage (in a published epoch) report it, and never on others' word
+    placed = {(1, 1): {"honest1", "honest2", "poisoner"}, (1, 0): {"sybil1", "sybil2"}}
+    bans = BanList(routes=lambda epoch, mb: None, replicas=lambda epoch, stage: placed.get((epoch, stage), set()))
+    assert bans.observe("honest1", [share_report("poisoner", "honest1", 3)]) == []    # one replica's word
+    for sybil in ("sybil1", "sybil2"):                  # members not on stage 1 cannot ban a stage-1 replica
+        assert bans.observe(sybil, [share_report("honest2", sybil, 3), share_report("honest2", sybil, 4)]) == []
+    assert bans.observe("sybil1", [share_report("sybil2", "sybil1", 3, epoch=9)]) == []   # unpublished epoch
+    assert bans.ignored_reports == 5
+    assert bans.observe("honest2", [share_report("poisoner", "honest2", 3)]) == ["poisoner"]
+    assert "share checks" in bans.banned["poisoner"] and "honest2" not in bans.banned
+    assert codec.decode(codec.encode(share_report("a", "b", 1)), expected=SpotCheckReport).kind == "share"
+    with pytest.raises(Exception, match="kind"):
+        SpotCheckReport("a", "b", 1, 1, 0, 1, 1.0, False, kind="other")

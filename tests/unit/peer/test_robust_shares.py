@@ -42,3 +42,17 @@ def test_a_replica_that_trained_nothing_judges_no_one_and_sets_no_reference():
     assert outliers(shares, "a") == outliers(shares, "i") == set()           # idle ones: no reference
     shares["evil"] = (torch.full((1000,), 1e3), 4)
     assert outliers(shares, "i") == {"evil"}
+
+
+def test_left_out_in_two_of_the_last_three_exchanges_bans():
+    from peer.pipeline.robust_shares import LeftOutRule
+    rule = LeftOutRule()
+    assert rule.observe({"a", "b"}, {"b"}) == set()
+    assert rule.observe({"a", "b"}, set()) == set()
+    assert rule.observe({"a", "b"}, {"b"}) == {"b"} and rule.banned == {"b"}
+    assert rule.observe({"a", "b"}, {"b"}) == set()            # banned once
+    spread = LeftOutRule()                                       # one in three, forever: a fluke each time
+    for i in range(9):
+        assert spread.observe({"c"}, {"c"} if i % 3 == 0 else set()) == set()
+    absent = LeftOutRule()                                       # a replica whose share did not come
+    assert absent.observe(set(), {"d"}) == set() and absent.observe(set(), {"d"}) == set()

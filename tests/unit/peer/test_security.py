@@ -230,3 +230,19 @@ def test_a_stream_that_sends_nothing_is_cut_but_a_slow_one_is_not():
         with pytest.raises(StreamIdle):
             await read_frame(idle, idle_s=0.2)
     asyncio.run(scenario())
+
+
+def test_an_invitation_pins_its_organiser_key_and_garbage_is_a_clear_error():
+    import argparse
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from peer.cli import invited_key
+    from protocol.invitations import issue
+    from protocol.signing import public_key_text
+    organiser = Ed25519PrivateKey.generate()
+    _, token = issue(organiser, "run")
+    assert invited_key(token, "") == public_key_text(organiser)
+    assert invited_key("", "ed25519:pinned") == "ed25519:pinned"
+    with pytest.raises(argparse.ArgumentTypeError, match="another organiser key"):
+        invited_key(token, public_key_text(Ed25519PrivateKey.generate()))
+    with pytest.raises(argparse.ArgumentTypeError, match="--invite: an invitation starts with"):
+        invited_key("nonsense", "")

@@ -17,7 +17,9 @@ from protocol import codec
 from protocol import messages as m
 from protocol.adverts import LinkMeasurement, LinkReport, PeerAdvert, PeerState
 from protocol.errors import ErrorCode, FieldError, ProtocolError
+from protocol.invitations import Roster
 from protocol.signing import KINDS, SignedRecord, sign
+from protocol.spot_checks import REPORT_KINDS, SpotCheckReport
 from protocol.schedule import Hop, OrderEntry, PeerOrder, Phase, Route, Schedule, StageAssignment
 from protocol.tensors import DTYPE_ITEMSIZE, TensorChunk, TensorPayload
 from protocol.version import PROTOCOL_MAJOR, PROTOCOL_MINOR
@@ -117,6 +119,11 @@ STRATEGIES: dict[type, st.SearchStrategy] = {
     m.Ping: st.builds(m.Ping, nonce=i64, payload=st.binary(max_size=64)),
     m.Pong: st.builds(m.Pong, nonce=i64, payload=st.binary(max_size=64)),
     TensorChunk: chunks(),
+    SpotCheckReport: st.builds(SpotCheckReport, suspect=text, checker=text, epoch=u63, iteration=u63,
+                               microbatch_id=u63, stage=st.integers(0, 64), relative_error=nonneg,
+                               passed=st.booleans(), kind=st.sampled_from(REPORT_KINDS)),
+    Roster: st.builds(Roster, run=text, version=u63, bindings=st.lists(st.tuples(text, text), max_size=3).map(tuple),
+                      banned=st.lists(text, max_size=3).map(tuple), revoked=st.lists(text, max_size=3).map(tuple)),
     SignedRecord: st.builds(lambda kind, payload, seed: sign(kind, payload, Ed25519PrivateKey.from_private_bytes(seed)),
                             st.sampled_from(KINDS), st.binary(max_size=64), st.binary(min_size=32, max_size=32)),
 }
@@ -132,6 +139,8 @@ def _try_build(cls, kwargs):
 def auto(tp) -> st.SearchStrategy:
     """A strategy derived from type hints, for message types without a hand-tuned one
     (so that a newly added type is round-tripped and fuzzed without touching this file)."""
+    if tp in STRATEGIES:             # a hand-tuned one, also inside another message
+        return STRATEGIES[tp]
     if tp is TensorPayload:
         return payloads()
     if tp is TensorChunk:

@@ -48,10 +48,10 @@ def test_peers_install_the_cached_validator():
 def test_the_coordinator_installs_the_same_validators_as_the_peers():
     """coordinator/app.py calls record_validators(run, join_key=...) with no key of its own: the
     signature cache, and with a join key the member rule, as on every peer's node."""
-    from swarmcore.dht.validators import MemberAdvertValidator
+    from swarmcore.dht.validators import MemberValidator
     signer, validators = record_validators("run", join_key=b"secret")
     assert isinstance(signer, CachedSignatureValidator) and signer in validators
-    assert any(isinstance(v, MemberAdvertValidator) for v in validators)
+    assert any(isinstance(v, MemberValidator) for v in validators)
     peer_kinds = [type(v) for v in record_validators("run", RSAPrivateKey(), b"secret")[1]]
     assert [type(v) for v in validators] == peer_kinds
-    assert not any(isinstance(v, MemberAdvertValidator) for v in record_validators("run")[1])
+    assert not any(isinstance(v, MemberValidator) for v in record_validators("run")[1])
