@@ -31,6 +31,7 @@ class Reservations:
         self.starts = [[] for _ in range(n)]
         self.ends = [[] for _ in range(n)]
         self.holds = [[] for _ in range(n)]
+        self.free_from = [0.0] * n          # per node: after every reservation and hold ends
         self.memory = cost.memory
         self.enabled, self.memory_limit = enabled, memory_limit and enabled
 
@@ -49,6 +50,8 @@ class Reservations:
 
     def forward_start(self, n: int, ready: float, dur: float) -> float:
         """Earliest start of a forward: a free gap while fewer than m activations are held."""
+        if ready >= self.free_from[n]:      # nothing reserved or held from `ready` on
+            return ready
         while True:
             t = self.gap(n, ready, dur)
             if not self.memory_limit:
@@ -77,9 +80,12 @@ class Reservations:
             i = bisect_right(self.starts[n], start)
             self.starts[n].insert(i, start)
             self.ends[n].insert(i, end)
+            self.free_from[n] = max(self.free_from[n], end)
 
     def hold(self, n: int, start: float, end: float) -> None:
         self.holds[n].append((start, end))
+        if self.memory_limit:
+            self.free_from[n] = max(self.free_from[n], end)
 
 
 @dataclass
