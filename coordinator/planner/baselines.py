@@ -24,7 +24,7 @@ def _members(stage_of: list[int], num_stages: int) -> list[list[int]]:
 def full_paths(cost: CostModel, stage_of: list[int], microbatches: list[tuple[int, int]]) -> list[Path]:
     """`microbatches`: (id, origin node index) in planning order."""
     s = len(cost.layers)
-    chains = pipeline_chains(stage_of, s, cost.round_trip_list, [origin for _, origin in microbatches])
+    chains = pipeline_chains(stage_of, s, cost.round_trip, [origin for _, origin in microbatches])
     return [(mb, tuple(range(s)), tuple(chain)) for (mb, _), chain in zip(microbatches, chains)]
 
 

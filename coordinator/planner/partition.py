@@ -76,14 +76,11 @@ class PartitionScore:
     def _chains(self, stage_of: np.ndarray, origins: np.ndarray, own: np.ndarray) -> np.ndarray:
         """Per origin: its slowest microbatch's round trip along its pipeline (pipelines.py)."""
         slots = [int(o) for o in origins for _ in range(self.m)]
-        rt = self.c.round_trip_list
-        chains = pipeline_chains(stage_of.tolist(), len(self.c.layers), rt, slots)
-        trip = dict.fromkeys(slots, 0.0)
-        for chain in chains:
-            hops = zip(chain, chain[1:] + chain[:1])
-            t = sum(rt[a][b] for a, b in hops) + float(own[chain[1:]].sum())
-            trip[chain[0]] = max(trip[chain[0]], t)
-        return np.array([trip[int(o)] for o in origins])
+        rt = self.c.round_trip
+        chains = np.array(pipeline_chains(stage_of.tolist(), len(self.c.layers), rt, slots))   # [chain, stage]
+        trips = rt[chains, np.roll(chains, -1, axis=1)].sum(axis=1) + own[chains[:, 1:]].sum(axis=1)
+        per_origin = trips.reshape(len(origins), self.m)        # slots run origin by origin
+        return per_origin.max(axis=1)
 
 
 def auto_partitions(num_nodes: int) -> int:

@@ -31,6 +31,7 @@ class Reservations:
         self.starts = [[] for _ in range(n)]
         self.ends = [[] for _ in range(n)]
         self.holds = [[] for _ in range(n)]
+        self.free_from = [0.0] * n          # per node: after every reservation and hold ends
         self.memory = cost.memory
         self.enabled, self.memory_limit = enabled, memory_limit and enabled
 
@@ -49,6 +50,8 @@ class Reservations:
 
     def forward_start(self, n: int, ready: float, dur: float) -> float:
         """Earliest start of a forward: a free gap while fewer than m activations are held."""
+        if ready >= self.free_from[n]:      # nothing reserved or held from `ready` on
+            return ready
         while True:
             t = self.gap(n, ready, dur)
             if not self.memory_limit:
@@ -77,9 +80,12 @@ class Reservations:
             i = bisect_right(self.starts[n], start)
             self.starts[n].insert(i, start)
             self.ends[n].insert(i, end)
+            self.free_from[n] = max(self.free_from[n], end)
 
     def hold(self, n: int, start: float, end: float) -> None:
         self.holds[n].append((start, end))
+        if self.memory_limit:
+            self.free_from[n] = max(self.free_from[n], end)
 
 
 @dataclass
@@ -178,7 +184,7 @@ class PathPlanner:
         return max(dists) <= cfg.max_swap_distance and seq.swap_distance + sum(dists) <= cfg.max_total_swap_distance
 
     def _expand(self, state: _State, origin: int, level: int, must: frozenset) -> list[_State]:
-        c, out = self.cost, []
+        out = []
         remaining = self.length - len(state.stages) - 1
         last = state.nodes[-1]
         allowed = {st for st in range(1, self.num_stages) if self._allowed(st, level)}
@@ -193,17 +199,32 @@ class PathPlanner:
                 continue
             if not can_finish(seq, visited, remaining, self.num_stages, self.cfg, allowed):
                 continue
-            options = []
-            for n in self.shortlist[(last, st)]:
-                ready = state.f_end + c.xfer_list[last][n]
-                t = self.res.forward_start(n, ready, c.fwd_list[n][st])
-                f_end = t + c.fwd_list[n][st]
-                options.append((f_end + c.xfer_list[n][origin] + 1e-3 * self.node_load[n], n, t, f_end))
-            options.sort()
-            for score, n, t, f_end in options[:self.cfg.candidates_per_stage]:
+            for score, n, t, f_end in self._options(state.f_end, last, st, origin):
                 out.append(_State(state.stages + (st,), state.nodes + (n,), state.f_starts + (t,),
                                   f_end, seq, score))
         return out
+
+    def _options(self, f_end0: float, last: int, st: int, origin: int) -> list[tuple]:
+        """The `candidates_per_stage` best (score, node, start, forward end) of stage st's shortlist
+        after `last`, score = forward end + the link back to the origin + a load tie-break.
+        Candidates are timed in the order of their score with no wait (a lower bound, since a
+        start only moves later), and timing stops once no untimed one can enter the best: the
+        same options as timing every one, with fewer reservation-table searches."""
+        c, k, load = self.cost, self.cfg.candidates_per_stage, self.node_load
+        fwd, back = c.fwd_list, c.xfer_list
+        lbs = []
+        for n in self.shortlist[(last, st)]:
+            ready = f_end0 + back[last][n]
+            lbs.append((ready + fwd[n][st] + back[n][origin] + 1e-3 * load[n], n, ready))
+        lbs.sort()
+        options = []
+        for lb, n, ready in lbs:
+            if len(options) >= k and options[k - 1][:2] < (lb, n):
+                break
+            t = self.res.forward_start(n, ready, fwd[n][st])
+            f_end = t + fwd[n][st]
+            insort(options, (f_end + back[n][origin] + 1e-3 * load[n], n, t, f_end))
+        return options[:k]
 
     def _finish(self, state: _State, origin: int, mb: int) -> PlannedPath | None:
         """Time the whole path, its head and backward reserved tentatively (not committed).

@@ -59,3 +59,30 @@ def test_the_full_pipeline_gets_the_same_partition_search_as_skippipe():
         replicas = [p for p, x in stage_of.items() if x == st]
         assert max(load.get(p, 0) for p in replicas) <= -(-len(three.routes) // len(replicas))
         assert min(load.get(p, 0) for p in replicas) > 0
+
+
+def _sorted_scan(stage_of, num_stages, rt, origins):
+    """The rule as first written: every (cost, chain, replica) triple in sorted order."""
+    chains = [[o] for o in origins]
+    for st in range(1, num_stages):
+        replicas = [n for n, s in enumerate(stage_of) if s == st]
+        cap = -(-len(chains) // len(replicas))
+        served = dict.fromkeys(replicas, 0)
+        for _, i, n in sorted((rt[c[-1]][n], i, n) for i, c in enumerate(chains) for n in replicas):
+            if len(chains[i]) == st and served[n] < cap:
+                chains[i].append(n)
+                served[n] += 1
+    return chains
+
+
+def test_the_heap_merge_gives_the_chains_of_the_sorted_scan_ties_included():
+    for trial in range(60):
+        rng = random.Random(trial)
+        n, stages = rng.randint(6, 30), rng.randint(2, 6)
+        stage_of = list(range(stages)) + [rng.randrange(stages) for _ in range(n - stages)]
+        rng.shuffle(stage_of)
+        whole = trial % 2 == 0                      # small integer costs: many exact ties
+        rt = [[0.0 if a == b else float(rng.randint(1, 3)) if whole else rng.uniform(1, 9) for b in range(n)]
+              for a in range(n)]
+        origins = [o for o in range(n) if stage_of[o] == 0 for _ in range(rng.randint(1, 5))]
+        assert pipeline_chains(stage_of, stages, rt, origins) == _sorted_scan(stage_of, stages, rt, origins), trial

@@ -146,3 +146,23 @@ def test_the_default_search_narrows_as_the_swarm_grows():
     # the annealing budget three long runs had, shared by the candidates
     assert auto_partition_iters(12, 48) * 48 == 3 * 4000 and auto_partition_iters(12, 3) == 4000
     assert auto_partition_iters(1000, 3) == 400 and auto_partition_iters(6, 48) == 250
+
+
+def test_the_pruned_candidate_timing_picks_what_timing_every_candidate_picks(monkeypatch):
+    from coordinator.planner.paths import PathPlanner
+
+    def every(self, f_end0, last, st, origin):
+        c, options = self.cost, []
+        for n in self.shortlist[(last, st)]:
+            t = self.res.forward_start(n, f_end0 + c.xfer_list[last][n], c.fwd_list[n][st])
+            options.append((t + c.fwd_list[n][st] + c.xfer_list[n][origin] + 1e-3 * self.node_load[n], n, t,
+                            t + c.fwd_list[n][st]))
+        return sorted(options)[:self.cfg.candidates_per_stage]
+    # one candidate of two per stage and 3 microbatches a node: busy replicas, so a candidate's
+    # no-wait score often ranks it wrongly (timing only the best-ranked one gives other schedules)
+    t = make_topology("geo", 12, random.Random(3))
+    t = dataclasses.replace(t, workload=dataclasses.replace(t.workload, global_batch=36))
+    config = PlanConfig(planner=PlannerConfig(partitions=1, restarts=0, candidates_per_stage=1))
+    pruned = plan(t, config, 3)
+    monkeypatch.setattr(PathPlanner, "_options", every)
+    assert plan(t, config, 3) == pruned
