@@ -227,6 +227,10 @@ class GradientExchange:
             # but not for one that died (its gradients died with it) or would not take ours
             self.ledger.awaiting_shares = set(others)  # recovery heartbeats them while we wait
             patience, brief = self._share_patience_s(), Patience(UNANSWERED_PATIENCE_S)
+            if i == schedule.start_iteration:
+                # a new epoch's first iteration: a replica joining or rejoining takes our state
+                # of this boundary while we wait for its share, so we wait as long as it takes
+                patience = brief = Patience(float("inf"))
 
             def given_up(p: str) -> bool:
                 suspect = self.health.suspect(p)
