@@ -183,7 +183,7 @@ class PeerApp:
         settings = WorkerSettings(
             max_activations=cfg.max_activations, rpc_timeout_s=cfg.rpc_timeout_s,
             iteration_timeout_s=cfg.iteration_timeout_s, spot_check_rate=cfg.spot_check_rate,
-            share_dtype=cfg.share_dtype,
+            share_dtype=cfg.share_dtype, wire_compression=cfg.wire_compression,
             # emulated links delay every heartbeat by up to two latencies
             ping_timeout_s=1.5 + 2 * (self.emulation.max_latency_s if self.emulation else 0.0))
         return PipelineWorker(me, spec, self.rpc, self.book, seat, settings, hooks, self.health, self.isolation)

@@ -58,10 +58,15 @@ class WireCompression:
 
     def compress(self, request, tensor: torch.Tensor, schedule: Schedule, receiver: str):
         """`request` (floats) as it should travel to `receiver`: unchanged, or quantised."""
+        return self.pack(request, tensor, schedule, receiver)[0]
+
+    def pack(self, request, tensor: torch.Tensor, schedule: Schedule, receiver: str):
+        """(the request as it travels to `receiver`, the float32 tensor it decodes to there, or
+        None when it travels unchanged as floats)."""
         codec = self.codec_for(schedule, receiver)
         if codec not in CODECS or not tensor.is_floating_point():
             self.sent["off"] += 1
-            return request
+            return request, None
         backward = isinstance(request, m.BackwardRequest) and self.error_feedback
         residual = self.residuals.get(receiver) if backward else None
         if residual is not None and residual.shape == tensor.shape and residual.device == tensor.device:
@@ -69,7 +74,7 @@ class WireCompression:
         out = q.quantise(tensor, codec, self.block)
         if out is None:                      # NaN or Inf: floats, refused by the receiver as before
             self.sent["off"] += 1
-            return request
+            return request, None
         header, payload, restored = out
         if backward:
             self.residuals[receiver] = tensor.to(torch.float32) - restored
@@ -77,7 +82,7 @@ class WireCompression:
             while len(self.residuals) > MAX_RESIDUALS:
                 self.residuals.popitem(last=False)
         self.sent[codec] += 1
-        return dataclasses.replace(request, tensor=payload, quantised=header)
+        return dataclasses.replace(request, tensor=payload, quantised=header), restored
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +101,11 @@ def received(request) -> TensorPayload | Packed:
     """The tensor of a Forward/BackwardRequest as the handlers pass it on."""
     header = getattr(request, "quantised", None)
     return request.tensor if header is None else Packed(header, request.tensor)
+
+
+def block_of(payload: TensorPayload | Packed) -> int:
+    """Elements per scale of a received quantised tensor (0: floats)."""
+    return payload.header.block if isinstance(payload, Packed) else 0
 
 
 def decode(payload: TensorPayload | Packed, shape: tuple[int, ...], what: str) -> torch.Tensor:

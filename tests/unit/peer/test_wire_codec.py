@@ -136,3 +136,18 @@ def test_error_feedback_keeps_the_delivered_sum_on_track(feedback):
     else:
         assert drift > 0.29                        # the whole 0.3 lost
 
+
+
+@pytest.mark.parametrize("codec_", ["int8", "int4"])
+def test_spot_checks_allow_half_a_step_of_a_quantised_output_and_no_more(codec_):
+    from peer.security.spot_check_rules import DEFAULT_RTOL, compare_outputs
+    torch.manual_seed(1)
+    out = torch.randn(2, 16, 64)
+    reference = out + 1e-5 * torch.randn_like(out)           # another replica: float noise
+    _, _, received = quantise(out, codec_)
+    assert not compare_outputs(received, reference).passed    # as floats, the codec's error fails
+    honest = compare_outputs(received, reference, DEFAULT_RTOL, codec_, 64)
+    assert honest.passed and honest.relative_error < DEFAULT_RTOL / 10
+    tampered = received.clone()
+    tampered[0, :4] += 0.2                                    # a few rows nudged by more than half a step
+    assert not compare_outputs(tampered, reference, DEFAULT_RTOL, codec_, 64).passed
