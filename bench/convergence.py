@@ -76,7 +76,9 @@ def batch_fn(spec: m.RunSpec, train: TextDataset):
     return batch
 
 
-def train(args, k: float, train_set: TextDataset, held_out, folder: Path) -> dict:
+def train(args, k: float, train_set: TextDataset, held_out, folder: Path, wire_compression: str = "off") -> dict:
+    """`wire_compression`: what the peers send between hops (off: floats; int8/int4 on every
+    link, bench/compression.py)."""
     spec = m.RunSpec(run="conv", model="tiny", num_stages=args.stages, skip_ratio=k, seed=args.seed,
                      microbatch_samples=args.samples, seq_len=args.seq_len,
                      microbatches_per_origin=args.microbatches, learning_rate=args.lr, warmup_steps=5,
@@ -84,7 +86,7 @@ def train(args, k: float, train_set: TextDataset, held_out, folder: Path) -> dic
     schedule = schedule_for(args, k)
     t0 = time.monotonic()
     workers = asyncio.run(run_memory_swarm(spec, schedule, batch_fn(spec, train_set), timeout=3600,
-                                           share_dtype=args.share_dtype))
+                                           share_dtype=args.share_dtype, wire_compression=wire_compression))
     origins = [w for w in workers.values() if w.seat.stage == 0]
     curve = [sum(w.ledger.history[i].loss_sum for w in origins) / sum(w.ledger.history[i].samples for w in origins)
              for i in range(args.steps)]
@@ -96,10 +98,11 @@ def train(args, k: float, train_set: TextDataset, held_out, folder: Path) -> dic
     stages = [by_stage[s].module.eval() for s in range(args.stages)]
     loss = math.log(perplexity(stages, tuple(range(args.stages)), held_out))
     lost = sum(o.lost for w in origins for o in w.ledger.history)
-    print(f"k={k}: {len(schedule.routes)} microbatches/iteration, {tokens} tokens, train loss "
+    print(f"k={k} wire {wire_compression}: {len(schedule.routes)} microbatches/iteration, {tokens} tokens, train loss "
           f"{curve[0]:.3f} -> {curve[-1]:.3f}, held-out loss {loss:.4f}, lost {lost}, "
           f"{time.monotonic() - t0:.0f}s", flush=True)
-    return {"k": k, "curve": curve, "tokens": tokens, "held_out_loss": loss, "folder": folder}
+    sent = {c: sum(w.sender.wire.sent[c] for w in workers.values()) for c in ("off", "int8", "int4")}
+    return {"k": k, "curve": curve, "tokens": tokens, "held_out_loss": loss, "folder": folder, "sent": sent}
 
 
 def evaluate(folder: Path) -> dict:

@@ -105,28 +105,32 @@ def microbatches_per_data_node(args, skip_ratio: float) -> int:
     return total // data_nodes
 
 
-def run_swarm(args, topology: Path, folder: Path, strategy: str, skip: str, microbatches: int) -> dict:
-    summary = folder / f"{strategy}.json"
+def run_swarm(args, topology: Path, folder: Path, strategy: str, skip: str, microbatches: int,
+              extra: tuple[str, ...] = (), label: str = "") -> dict:
+    """One swarm run; `extra`: more skippipe-swarm flags, `label`: its name (default: the strategy)."""
+    label = label or strategy
+    summary = folder / f"{label}.json"
     cmd = [sys.executable, "-m", "launcher", "--topology", str(topology), "--stages", str(args.stages),
            "--steps", str(args.steps), "--strategy", strategy, "--skip", skip, "--model", "tiny",
            "--microbatches", str(microbatches), "--microbatch-samples", str(SAMPLES),
-           "--seq-len", str(SEQ_LEN), "--run", f"geo-{strategy}", "--summary-json", str(summary),
-           "--logs-dir", str(folder / f"logs-{strategy}"), "--timeout", str(args.timeout),
+           "--seq-len", str(SEQ_LEN), "--run", f"geo-{label}", "--summary-json", str(summary),
+           "--logs-dir", str(folder / f"logs-{label}"), "--timeout", str(args.timeout),
            "--log-level", args.log_level,
            "--announce-period", "5"]   # a shared 2-core box delays adverts: do not mistake that for churn
     if args.share_dtype:
         cmd += ["--share-dtype", args.share_dtype]
-    print(f"== {strategy} (k={skip}): {' '.join(cmd[1:])}", flush=True)
+    cmd += list(extra)
+    print(f"== {label} (k={skip}): {' '.join(cmd[1:])}", flush=True)
     t0 = time.monotonic()
     proc = subprocess.run(cmd, timeout=args.timeout + 120)
     if proc.returncode != 0 or not summary.exists():
-        raise SystemExit(f"the {strategy} swarm failed (exit {proc.returncode}); logs in {folder}")
+        raise SystemExit(f"the {label} swarm failed (exit {proc.returncode}); logs in {folder}")
     data = json.loads(summary.read_text())
     times = [r["duration_s"] for r in data["iterations"][args.warmup:]]
     measured = statistics.mean(times)
     predicted = data["predicted_iteration_s"]
     per_iteration = sum(data["microbatches"].values()) / max(1, data["steps"])
-    print(f"   {strategy}: {len(times)} iterations of {per_iteration:.1f} microbatches measured, mean {measured:.3f}s "
+    print(f"   {label}: {len(times)} iterations of {per_iteration:.1f} microbatches measured, mean {measured:.3f}s "
           f"(median {statistics.median(times):.3f}s), simulator {predicted:.3f}s, "
           f"fidelity {predicted / measured:.2f}, lost {data['microbatches']['lost']}, wall {time.monotonic() - t0:.0f}s",
           flush=True)

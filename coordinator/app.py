@@ -276,7 +276,8 @@ class CoordinatorApp:
             topology = self.adjust_topology(topology)
             t0 = time.perf_counter()
             config = PlanConfig(strategy=self.config.strategy, skip_ratio=self.spec.skip_ratio,
-                                run=self.spec.run, epoch=epoch, overheads=self.config.overheads)
+                                run=self.spec.run, epoch=epoch, overheads=self.config.overheads,
+                                wire_compression=self.config.wire_compression)
             # seconds of CPU for a dozen peers: off the event loop, which keeps serving the
             # DHT, progress reports and the status page meanwhile
             schedule = await asyncio.to_thread(plan, topology, config, self.config.seed + epoch)

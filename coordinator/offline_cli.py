@@ -18,6 +18,7 @@ from coordinator.planner.presets import PRESETS, make_topology
 from coordinator.planner.rules import describe_path
 from swarmcore.cli.support import DEFAULT_SKIP, positive_int, skip_ratio
 from protocol.errors import FieldError, ProtocolError
+from protocol.quantised import WIRE_COMPRESSION
 from protocol.schedule import schedule_from_json, schedule_to_json
 from protocol.topology import load_topology, topology_to_json
 
@@ -67,7 +68,8 @@ def _guarded(handler):
 def cmd_plan(args) -> int:
     topo = load_topology(args.topology)
     planner = PlannerConfig(allow_swaps=not args.no_swaps, collision_avoidance=not args.no_collision_avoidance)
-    config = PlanConfig(args.strategy, args.skip, planner, args.run, args.epoch)
+    config = PlanConfig(args.strategy, args.skip, planner, args.run, args.epoch,
+                        wire_compression=args.wire_compression)
     schedule = plan(topo, config, args.seed)
     _write(args.output, schedule_to_json(schedule))
     stages = sorted(set(schedule.stage_of().values()))
@@ -229,6 +231,9 @@ def register(subparsers) -> None:
     p.add_argument("--epoch", type=int, default=0, help="schedule epoch")
     p.add_argument("--no-swaps", action="store_true", help="forbid stage reordering (rule 4 off)")
     p.add_argument("--no-collision-avoidance", action="store_true", help="the paper's non-collision-aware ablation")
+    p.add_argument("--wire-compression", choices=WIRE_COMPRESSION, default="off",
+                   help="links the schedule quantises (Schedule.wire; see `run --wire-compression`), priced "
+                        "by the planner and `simulate` (default: off)")
     p.set_defaults(func=_guarded(cmd_plan))
 
     s = subparsers.add_parser("simulate", help="simulate one iteration of a schedule",

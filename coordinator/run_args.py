@@ -42,7 +42,7 @@ def run_config_fields(args: argparse.Namespace) -> dict:
                 microbatch_samples=args.microbatch_samples, seq_len=args.seq_len,
                 microbatches_per_origin=args.microbatches, global_batch=args.global_batch, learning_rate=args.lr, status_port=args.status_port,
                 join_key_path=args.join_key, data_dir=args.data, tokenizer=args.tokenizer,
-                checkpoint_dir=args.checkpoint_dir)
+                checkpoint_dir=args.checkpoint_dir, wire_compression=args.wire_compression)
 
 
 def hivemind_logs_as(log_format: str) -> None:

@@ -27,7 +27,7 @@ def peer_settings(args, index: int, maddrs: list[str], emulation: Emulation | No
     if args.checkpoint_dir:
         settings.update(checkpoint_dir=args.checkpoint_dir, save_every=args.save_every, keep_last=args.keep_last)
     settings.update(spot_check_rate=args.spot_check_rate or None, share_dtype=args.share_dtype,
-                    join_key=args.join_key or None)
+                    wire_compression=args.wire_compression, join_key=args.join_key or None)
     if emulation is not None:
         node_id, identity = emulation.nodes[index]
         # the planner reads the links from the topology file; a probe's 3 x 1 MiB each way

@@ -184,7 +184,7 @@ class PeerApp:
         settings = WorkerSettings(
             max_activations=cfg.max_activations, rpc_timeout_s=cfg.rpc_timeout_s,
             iteration_timeout_s=cfg.iteration_timeout_s, spot_check_rate=cfg.spot_check_rate,
-            share_dtype=cfg.share_dtype,
+            share_dtype=cfg.share_dtype, wire_compression=cfg.wire_compression,
             # emulated links delay every heartbeat by up to two latencies
             ping_timeout_s=1.5 + 2 * (self.emulation.max_latency_s if self.emulation else 0.0))
         return PipelineWorker(me, spec, self.rpc, self.book, seat, settings, hooks, self.health, self.isolation)
@@ -201,7 +201,9 @@ class PeerApp:
             self.life.spawn(loop)
         await self.worker.run()   # its crash ends the peer, as itself
         linger = self.config.linger_s
-        logger.info("run finished after %d iterations; leaving in %.0fs", self.worker.ledger.iteration, linger)
+        sent = self.worker.sender.wire.sent   # also skippipe_peer_wire_tensors_sent_total in /metrics
+        logger.info("run finished after %d iterations; leaving in %.0fs (tensors sent to next hops: %d float, "
+                    "%d int8, %d int4)", self.worker.ledger.iteration, linger, sent["off"], sent["int8"], sent["int4"])
         deadline = time.monotonic() + linger
         while time.monotonic() < deadline:
             await self.progress_publisher.flush(timeout=max(0.0, deadline - time.monotonic()))

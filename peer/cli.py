@@ -8,6 +8,7 @@ from swarmcore.cli.support import (EXIT_USAGE, OneLineErrorParser, add_version_f
                                   positive_int, run_address, run_name)
 from protocol.messages import SHARE_BLOCK, SHARE_DTYPES
 from swarmcore.cli.logsetup import add_logging_flags, setup_logging
+from swarmcore.cli.run_flags import add_wire_compression
 from swarmcore.cli.settings import add_config_flag, apply_settings, port_or_off
 
 from peer.chaos import FaultSpecError, parse_faults
@@ -86,6 +87,7 @@ def _device_flags(p: argparse.ArgumentParser) -> None:
                    help="dtype of the gradients replicas of a stage exchange each iteration: float32 exact, "
                         f"float16 half the bytes, int8 about a quarter (blockwise quantised, a scale per {SHARE_BLOCK} "
                         "values); all replicas still end bit-identical (default: %(default)s)")
+    add_wire_compression(g)     # declared once for the peer, the coordinator and the swarm
 
 
 def _swarm_flags(p: argparse.ArgumentParser) -> None:
@@ -253,7 +255,7 @@ def config_from_args(args: argparse.Namespace) -> PeerConfig:
         fault=args.fault, metrics_port=args.metrics_port, metrics_host=args.metrics_host,
         topology=args.topology, node_id=args.node_id, node_map=args.node_map,
         max_vram_bytes=args.max_vram, wire_dtype=args.wire_dtype, share_dtype=args.share_dtype,
-        spot_check_rate=args.spot_check_rate,
+        spot_check_rate=args.spot_check_rate, wire_compression=args.wire_compression,
     )
 
 

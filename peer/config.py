@@ -15,6 +15,7 @@ class PeerConfig:
     max_vram_bytes: int = 0                   # --max-vram: cap on GPU memory; 0 = the whole GPU
     wire_dtype: str = "auto"                  # activations on the wire; auto = compute dtype (bf16 on CUDA)
     share_dtype: str = "int8"                 # replicas' gradient shares on the wire (protocol SHARE_DTYPES)
+    wire_compression: str = "auto"            # activations/gradients between hops (peer/pipeline/wire.py)
     stage: int = STAGE_AUTO                   # STAGE_AUTO: the coordinator assigns one
     host_maddrs: tuple[str, ...] = ("/ip4/0.0.0.0/tcp/0",)
     announce_maddrs: tuple[str, ...] = ()

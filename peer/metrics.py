@@ -111,6 +111,9 @@ def render_metrics(app) -> str:
                   "(fresh weights or an older checkpoint: training lost)", worker.seat.stale_starts)
         e.gauge("skippipe_peer_iteration_seconds", "duration of the last finished iteration", took)
         e.gauge("skippipe_peer_tokens_per_second", "tokens/s of the last iteration (stage-0 peers)", tokens_s)
+        for codec, n in worker.sender.wire.sent.items():
+            e.counter("skippipe_peer_wire_tensors_sent_total", "activations and gradients sent to the next hop, "
+                      "by codec (off: floats; --wire-compression)", n, {"codec": codec})
         for kind, n in totals(worker.ledger.history).items():
             e.counter("skippipe_peer_microbatches_total", "microbatches by how they ended", n, {"outcome": kind})
         e.gauge("skippipe_peer_queue_depth", "work waiting in the inbox", len(worker.inbox), {"queue": "inbox"})

@@ -73,6 +73,13 @@ def encode(message: Any) -> bytes:
 def decode(data: bytes, expected: type | tuple[type, ...] | None = None,
            max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> Any:
     """Parse and validate one message. Raises a ProtocolError subclass, never anything else."""
+    return decode_versioned(data, expected, max_bytes)[0]
+
+
+def decode_versioned(data: bytes, expected: type | tuple[type, ...] | None = None,
+                     max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> tuple[Any, tuple[int, int]]:
+    """decode(), and the (major, minor) the sender speaks: a reply's tells a client which
+    optional features (a minor version's) the remote reads."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise DecodeError(f"expected bytes, got {type(data).__name__}")
     size = data.nbytes if isinstance(data, memoryview) else len(data)
@@ -80,11 +87,12 @@ def decode(data: bytes, expected: type | tuple[type, ...] | None = None,
         raise MessageTooLarge(f"message of {size} bytes exceeds the limit of {max_bytes}")
     envelope = _unpack(bytes(data), max_bytes)
     cls = _envelope_type(envelope)
+    version = (envelope["v"][0], envelope["v"][1])
     if expected is not None and not issubclass(cls, expected):
         names = expected.__name__ if isinstance(expected, type) else "/".join(e.__name__ for e in expected)
         raise UnknownMessageType(f"expected {names}, got {cls.__name__}")
     try:
-        return from_plain(cls, envelope.get("b"), "")
+        return from_plain(cls, envelope.get("b"), ""), version
     except ProtocolError:
         raise
     except Exception as exc:  # defensive: a schema bug must not crash a peer

@@ -4,6 +4,7 @@ from dataclasses import dataclass
 
 from protocol.errors import ErrorCode, FieldError
 from protocol.ids import check_run_name
+from protocol.quantised import Quantised
 from protocol.schedule import Route
 from protocol.tensors import TensorChunk, TensorPayload
 
@@ -92,6 +93,9 @@ class WorkHeader:
 class ForwardRequest:
     header: WorkHeader
     tensor: TensorPayload
+    # v1.6: set when `tensor` is quantised (protocol/quantised.py: checked by `split` on arrival,
+    # not here: a streamed request's head carries an empty placeholder tensor)
+    quantised: Quantised | None = None
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,9 @@ class ForwardReply:
 class BackwardRequest:
     header: WorkHeader
     tensor: TensorPayload
+    # v1.6: set when `tensor` is quantised (protocol/quantised.py: checked by `split` on arrival,
+    # not here: a streamed request's head carries an empty placeholder tensor)
+    quantised: Quantised | None = None
 
 
 @dataclass(frozen=True)

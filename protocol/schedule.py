@@ -4,6 +4,7 @@ from enum import IntEnum
 
 from protocol.errors import FieldError
 from protocol.ids import check_run_name
+from protocol.quantised import CODECS
 
 
 class Phase(IntEnum):
@@ -63,6 +64,21 @@ class StageAssignment:
 
 
 @dataclass(frozen=True)
+class LinkCodec:
+    """v1.6: the planner's choice for one directed link: what `sender` sends `receiver`
+    (activations forward and gradients backward) is quantised with `codec`. A link not listed
+    carries floats, as before 1.6."""
+
+    sender: str
+    receiver: str
+    codec: str
+
+    def __post_init__(self):
+        if self.codec not in CODECS:
+            raise FieldError("codec", f"unknown codec {self.codec!r}; one of {list(CODECS)}")
+
+
+@dataclass(frozen=True)
 class Schedule:
     run: str
     epoch: int                                   # strictly increasing; peers reject older
@@ -79,6 +95,7 @@ class Schedule:
     # start_iteration, and positions lost earlier that this epoch trains first
     data_base: int = 0
     data_retry: tuple[int, ...] = ()
+    wire: tuple[LinkCodec, ...] = ()             # v1.6: quantised links (older peers drop it: floats)
 
     def __post_init__(self):
         check_run_name(self.run)

@@ -58,10 +58,12 @@ def kill_hook(network: MemoryNetwork, peer: str, iteration: int, kind: str):
 
 
 async def build_memory_swarm(spec: m.RunSpec, schedule: Schedule, batch, timeout: float = 60.0,
-                             kill: dict[str, tuple[int, str]] | None = None, share_dtype: str = "float32"):
+                             kill: dict[str, tuple[int, str]] | None = None, share_dtype: str = "float32",
+                             wire_compression: str = "auto"):
     """Workers (serving, not yet running) for every peer of `schedule`, and their network.
     `kill`: peer -> (iteration, task kind) at which that peer dies. `share_dtype`: float32
-    (exact, so results can be compared with one process), or the peers' default float16."""
+    (exact, so results can be compared with one process), or the peers' default float16.
+    `wire_compression`: the peers' --wire-compression (auto: what the schedule's `wire` says)."""
     network = MemoryNetwork()
     workers = {}
     for peer in schedule.stage_of():
@@ -72,7 +74,8 @@ async def build_memory_swarm(spec: m.RunSpec, schedule: Schedule, batch, timeout
         worker = PipelineWorker(
             peer, spec, RpcClient(transport), book,
             StageSeat(lambda stage: RecordingRunner.from_spec(spec, stage, max_stash=16)),
-            settings=WorkerSettings(iteration_timeout_s=timeout, share_dtype=share_dtype),
+            settings=WorkerSettings(iteration_timeout_s=timeout, share_dtype=share_dtype,
+                                    wire_compression=wire_compression),
             hooks=WorkerHooks(batch=batch, fault=fault))
         server = RpcServer()
 
@@ -85,9 +88,10 @@ async def build_memory_swarm(spec: m.RunSpec, schedule: Schedule, batch, timeout
 
 
 async def run_memory_swarm(spec: m.RunSpec, schedule: Schedule, batch, timeout: float = 60.0,
-                           kill: dict[str, tuple[int, str]] | None = None, share_dtype: str = "float32"):
+                           kill: dict[str, tuple[int, str]] | None = None, share_dtype: str = "float32",
+                           wire_compression: str = "auto"):
     """Run every peer of `schedule` to spec.max_steps; killed peers vanish, the others carry on."""
-    _, workers = await build_memory_swarm(spec, schedule, batch, timeout, kill, share_dtype)
+    _, workers = await build_memory_swarm(spec, schedule, batch, timeout, kill, share_dtype, wire_compression)
     results = await asyncio.wait_for(asyncio.gather(*(w.run() for w in workers.values()),
                                                     return_exceptions=True), timeout)
     for peer, result in zip(workers, results):

@@ -20,7 +20,7 @@ The bound is the largest of these; the gradient exchange and the boundary are le
 """
 import numpy as np
 
-from coordinator.planner.costs import CostModel
+from coordinator.planner.costs import CostModel, schedule_codecs
 from protocol.schedule import Schedule
 from protocol.topology import Topology
 
@@ -67,7 +67,7 @@ def lanes_bound(count: int, memory: int, path: float, serial: float) -> float:
 def lower_bound(schedule: Schedule, topology: Topology, cost: CostModel | None = None) -> float:
     """Seconds: no schedule of this partition, microbatches and path length runs an iteration
     faster (see the module docstring). 0.0 for a schedule without routes."""
-    cost = cost or CostModel(topology)
+    cost = cost or CostModel(topology, wire=schedule_codecs(schedule))
     if not schedule.routes:
         return 0.0
     stage_of = {p: s for p, s in schedule.stage_of().items() if p in cost.index}

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from swarmcore.path_rules import MAX_JUMP, STRATEGIES  # noqa: F401 - STRATEGIES: the planner's names for them
 
 from coordinator.planner.costs import Overheads
+from protocol.quantised import WIRE_COMPRESSION
 
 
 class PlanningError(ValueError):
@@ -64,6 +65,7 @@ class PlanConfig:
     run: str = "default"
     epoch: int = 0
     overheads: Overheads = Overheads()   # the swarm's fixed costs (costs.py); zero: links + compute only
+    wire_compression: str = "off"        # --wire-compression: which links the schedule quantises (costs.py)
 
     def __post_init__(self):
         if self.strategy not in STRATEGIES:
@@ -72,3 +74,6 @@ class PlanConfig:
             raise PlanningError(f"skip ratio k={self.skip_ratio} is outside [0, 1)")
         if self.epoch < 0:
             raise PlanningError("epoch must be >= 0")
+        if self.wire_compression not in WIRE_COMPRESSION:
+            raise PlanningError(f"unknown wire compression {self.wire_compression!r}; "
+                                f"expected one of {', '.join(WIRE_COMPRESSION)}")

@@ -5,7 +5,10 @@
 - backward: backward_ratio x forward (+ task_s)
 - head + loss on the origin: head_fraction x one layer's forward for the microbatch (+ task_s)
 - transfer a -> b: latency + activation_bytes_per_sample * microbatch_samples / bandwidth
-  (+ overheads.hop_s; the same bytes for the activation going forward and its gradient back)
+  (+ overheads.hop_s; the same bytes for the activation going forward and its gradient back).
+  A quantised link (--wire-compression, protocol/quantised.py) carries bytes_per_element / 4 of
+  the float32 bytes and adds the time to quantise and decode them (QUANTISE_S_PER_BYTE,
+  DEQUANTISE_S_PER_BYTE) to the transfer, off the link; `wire` picks the links (choose_codecs)
 - replica averaging of a stage: every replica sends its gradients (param_bytes of the stage:
   its layers, plus the embedding and head on stage 0)
   to every other one directly and steps once it has all the others' (it does not wait for the
@@ -18,9 +21,12 @@
 implementation's fixed costs in a local swarm (skippipe-swarm), measured (see its comment).
 """
 from dataclasses import dataclass
+from typing import Mapping
 
 import numpy as np
 
+from protocol.quantised import CODECS, WIRE_COMPRESSION, bytes_per_element
+from protocol.schedule import LinkCodec, Schedule
 from protocol.topology import Topology
 
 
@@ -56,9 +62,57 @@ class Overheads:
 # and 0.06-0.17 s.)
 LOCAL_SWARM_OVERHEADS = Overheads(hop_s=0.06, task_s=0.01, step_s_per_param=2e-7, origin_gap_s=0.05, peer_gap_s=0.2)
 
+# Wire compression (issue 27), per byte of the float32 tensor: peer/compute/quantise.py on one
+# CPU thread of the dev box (load ~6.6 on its 2 cores) took 2.3e-9 (int8) and 3.1e-9 (int4) s a
+# byte to quantise a 64 KiB activation (the local swarm's), 1.1-1.6e-9 for 1-8 MiB; decoding
+# 0.65e-9 and 1.35e-9 at 64 KiB, 0.2-0.6e-9 for 1-8 MiB. The figures: the small tensors'.
+QUANTISE_S_PER_BYTE = 2.5e-9
+DEQUANTISE_S_PER_BYTE = 1e-9
+# auto compresses a link (int8) where the float transmission takes longer than this many times
+# the forward of a stage at either end (the slower node's view does not matter: the smaller
+# of the two), and the bytes saved outweigh the codec's time. int4 is never chosen by auto: its
+# ~20% per-tensor error is for explicitly asked links (--wire-compression int4).
+AUTO_TRANSMISSION_OVER_COMPUTE = 1.0
+AUTO_CODEC = "int8"
+
+
+def codec_seconds(float_bytes: float) -> float:
+    """Quantising at the sender and decoding at the receiver, for `float_bytes` of float32."""
+    return float_bytes * (QUANTISE_S_PER_BYTE + DEQUANTISE_S_PER_BYTE)
+
+
+def choose_codecs(mode: str, float_bytes: float, bandwidth: np.ndarray, stage_fwd: np.ndarray) -> list[list[str]]:
+    """codec[a][b] for every directed link ("off": floats). `bandwidth` [n, n] bytes/s,
+    `stage_fwd` [n]: a typical stage's forward on each node, seconds. off: none; int8/int4:
+    every link between two nodes; auto: AUTO_CODEC where transmission dominates (see above)."""
+    if mode not in WIRE_COMPRESSION:
+        raise ValueError(f"wire compression must be one of {WIRE_COMPRESSION}, not {mode!r}")
+    n = len(stage_fwd)
+    out = [["off"] * n for _ in range(n)]
+    for a in range(n):
+        for b in range(n):
+            if a == b or mode == "off":
+                continue
+            if mode in CODECS:
+                out[a][b] = mode
+                continue
+            floats = float_bytes / float(bandwidth[a, b])
+            packed = floats * bytes_per_element(AUTO_CODEC) / 4 + codec_seconds(float_bytes)
+            if floats > AUTO_TRANSMISSION_OVER_COMPUTE * min(stage_fwd[a], stage_fwd[b]) and packed < floats:
+                out[a][b] = AUTO_CODEC
+    return out
+
+
+def schedule_codecs(schedule: Schedule) -> dict[tuple[str, str], str]:
+    """(sender, receiver) -> codec of the links a schedule quantises (Schedule.wire)."""
+    return {(w.sender, w.receiver): w.codec for w in schedule.wire}
+
 
 class CostModel:
-    def __init__(self, topology: Topology, overheads: Overheads = Overheads()):
+    def __init__(self, topology: Topology, overheads: Overheads = Overheads(),
+                 wire: str | Mapping[tuple[str, str], str] = "off"):
+        """`wire`: a --wire-compression mode (choose_codecs picks the links), or the codec of
+        each (sender id, receiver id) link that a schedule quantises (schedule_codecs)."""
         w = topology.workload
         self.topology, self.overheads = topology, overheads
         self.num_nodes = len(topology.nodes)
@@ -82,7 +136,11 @@ class CostModel:
         self.bandwidth = bw
         self.hop = np.full((n, n), overheads.hop_s)      # fixed cost of a request to another node
         np.fill_diagonal(self.hop, 0.0)
-        self.xfer = lat + self.bytes / bw + self.hop     # activation or gradient, a -> b
+        self.codec = self._codecs(topology, wire)        # [a][b]: "off" or the link's codec
+        ratio = np.array([[1.0 if c == "off" else bytes_per_element(c) / 4 for c in row] for row in self.codec])
+        self.wire_bytes = self.bytes * ratio             # what a -> b carries for one activation or gradient
+        self.codec_s = np.where(ratio < 1.0, codec_seconds(self.bytes), 0.0)
+        self.xfer = lat + self.wire_bytes / bw + self.hop + self.codec_s   # activation or gradient, a -> b
         self.xfer_list = self.xfer.tolist()              # plain floats: faster in inner loops
         self.round_trip = self.xfer + self.xfer.T         # activation there, gradient back
         self.round_trip_list = self.round_trip.tolist()
@@ -92,12 +150,37 @@ class CostModel:
         self.param_bytes_per_layer = w.param_bytes_per_layer
         self.stage0_extra_param_bytes = w.stage0_extra_param_bytes
 
+    def _codecs(self, topology: Topology, wire) -> list[list[str]]:
+        if isinstance(wire, str):
+            stage_fwd = self.fwd.mean(axis=1) if self.fwd.size else np.zeros(self.num_nodes)
+            return choose_codecs(wire, self.bytes, self.bandwidth, stage_fwd)
+        out = [["off"] * self.num_nodes for _ in range(self.num_nodes)]
+        for (a, b), codec in wire.items():
+            if a in self.index and b in self.index and a != b:
+                out[self.index[a]][self.index[b]] = codec
+        return out
+
+    def wire_of(self, schedule: Schedule) -> tuple[LinkCodec, ...]:
+        """Schedule.wire: the quantised links the schedule's routes use, each direction (the
+        activation one way, its gradient back), the return to the origin included."""
+        ids, links = self.topology.node_ids, set()
+        for route in schedule.routes:
+            peers = [h.peer for h in route.hops] + [route.origin]
+            for a, b in zip(peers, peers[1:]):
+                links |= {(a, b), (b, a)}
+        out = []
+        for a, b in sorted(links):
+            i, j = self.index.get(a), self.index.get(b)
+            if i is not None and j is not None and self.codec[i][j] != "off":
+                out.append(LinkCodec(ids[i], ids[j], self.codec[i][j]))
+        return tuple(out)
+
     def transfer(self, a: int, b: int) -> float:
         return self.xfer_list[a][b]
 
     def transmission(self, a: int, b: int) -> float:
-        """Time the bytes occupy the link (without latency)."""
-        return 0.0 if a == b else self.bytes / float(self.bandwidth[a, b])
+        """Time the bytes occupy the link (without latency or the codec's time)."""
+        return 0.0 if a == b else float(self.wire_bytes[a, b]) / float(self.bandwidth[a, b])
 
     def stage_param_bytes(self, stage: int) -> float:
         extra = self.stage0_extra_param_bytes if stage == 0 and self.param_bytes_per_layer else 0

@@ -72,15 +72,16 @@ def _origin_counts(topology: Topology, cost: CostModel, stage_of: list[int]) -> 
     return split_batch(cost, [n for n, s in enumerate(stage_of) if s == 0], g) if g else None
 
 
-def _schedule(topology, config, stage_of, paths, node_tasks, skip_ratio, seed) -> Schedule:
+def _schedule(topology, config, cost, stage_of, paths, node_tasks, skip_ratio, seed) -> Schedule:
     ids = topology.node_ids
     routes = tuple(Route(mb, tuple(Hop(st, ids[n]) for st, n in zip(stages, nodes)))
                    for mb, stages, nodes in sorted(paths))
     order = tuple(PeerOrder(ids[n], tuple(OrderEntry(mb, ph) for *_, mb, ph in sorted(tasks)))
                   for n, tasks in sorted(node_tasks.items()) if tasks)
-    return Schedule(config.run, config.epoch, config.strategy, topology.workload.num_stages, skip_ratio,
-                    tuple(StageAssignment(ids[n], st) for n, st in enumerate(stage_of)), routes, order,
-                    0.0, seed)
+    schedule = Schedule(config.run, config.epoch, config.strategy, topology.workload.num_stages, skip_ratio,
+                        tuple(StageAssignment(ids[n], st) for n, st in enumerate(stage_of)), routes, order,
+                        0.0, seed)
+    return dataclasses.replace(schedule, wire=cost.wire_of(schedule))   # the links it quantises
 
 
 def _with_prediction(schedule: Schedule, topology: Topology, cost: CostModel) -> tuple[Schedule, float, int]:
@@ -104,7 +105,7 @@ def _skippipe(topology, config, cost, stage_of, length, rng, seed, restarts: int
                 node_tasks.setdefault(n, []).append((start, end, mb, phase))
         variants = [node_tasks] if cfg.collision_avoidance else []
         for tasks in variants + [{}]:               # the planned order, and plain FIFO
-            sched, t, overflows = _with_prediction(_schedule(topology, config, stage_of, paths, tasks,
+            sched, t, overflows = _with_prediction(_schedule(topology, config, cost, stage_of, paths, tasks,
                                                              config.skip_ratio, seed), topology, cost)
             # FIFO can be faster on paper by holding more activations than a node has room for
             over = cfg.memory_limit and overflows > 0
@@ -117,7 +118,7 @@ def plan(topology: Topology, config: PlanConfig | None = None, rng_or_seed=0) ->
     """Plan one iteration for `topology`; deterministic for an int seed. Raises PlanningError."""
     config = config or PlanConfig()
     rng, seed = _rng(rng_or_seed)
-    cost = CostModel(topology, config.overheads)
+    cost = CostModel(topology, config.overheads, config.wire_compression)   # links priced as they will travel
     _check(topology, cost)
     w, cfg = topology.workload, config.planner
     length = path_length(w.num_stages, config.skip_ratio)
@@ -151,5 +152,5 @@ def _baseline(topology, config, cost, stage_of, length, rng, seed) -> Schedule:
         paths, k = full_paths(cost, stage_of, mbs), 0.0
     else:
         paths, k = random_skip_paths(cost, stage_of, length, config.planner, mbs, rng), config.skip_ratio
-    sched = _schedule(topology, config, stage_of, paths, {}, k, seed)
+    sched = _schedule(topology, config, cost, stage_of, paths, {}, k, seed)
     return _with_prediction(sched, topology, cost)[0]

@@ -3,7 +3,8 @@
 Model (hand-checkable, see tests/unit/coordinator/test_simulate.py):
 - Each microbatch is a chain of tasks: F(hop 0) ... F(hop L-1), H (head + loss on the origin),
   B(hop L-1) ... B(hop 0). Between consecutive tasks on different nodes the activation (or its
-  gradient) is transferred: latency + bytes / bandwidth (+ the cost model's fixed hop cost).
+  gradient) is transferred: latency + bytes / bandwidth (+ the cost model's fixed hop cost; a
+  link the schedule quantises, Schedule.wire, carries fewer bytes and adds the codec's time).
 - A node runs one task at a time, by the rule peers run (peer/pipeline/plan_view.py
   `priority_of`): of its ready tasks it starts the one listed first in its per-node order
   (Schedule.order) and never idles while one is ready. A head the order does not list ranks just
@@ -31,7 +32,7 @@ import heapq
 from dataclasses import dataclass
 
 from coordinator.planner.config import PlanningError
-from coordinator.planner.costs import CostModel
+from coordinator.planner.costs import CostModel, schedule_codecs
 from protocol.schedule import Phase, Schedule
 from protocol.topology import Topology
 
@@ -158,7 +159,8 @@ class _Sim:
                 trans = self.cost.transmission(n, m)
                 begin = max(self.now, self.link_free.get((n, m), 0.0)) if self.link_contention else self.now
                 self.link_free[(n, m)] = begin + trans
-                arrive = begin + trans + float(self.cost.latency[n, m]) + float(self.cost.hop[n, m])
+                arrive = (begin + trans + float(self.cost.latency[n, m]) + float(self.cost.hop[n, m])
+                          + float(self.cost.codec_s[n, m]))     # quantised links: encode + decode
             self.push(arrive, "ready", nxt)
         self.dispatch(n)
 
@@ -227,7 +229,7 @@ def simulate(schedule: Schedule, topology: Topology, cost: CostModel | None = No
              memory_limit: bool = True, link_contention: bool = True,
              available: dict[str, float] | None = None) -> SimResult:
     """Simulate one iteration of `schedule` on `topology` (see the module docstring)."""
-    cost = cost or CostModel(topology)
+    cost = cost or CostModel(topology, wire=schedule_codecs(schedule))
     tasks = _Tasks(schedule, cost)
     free_at = [max(0.0, (available or {}).get(i, 0.0)) for i in topology.node_ids]
     sim = _Sim(tasks, cost, _ranks(schedule, tasks, cost), memory_limit, link_contention, free_at)

@@ -20,7 +20,7 @@ one let it go, until the start offsets repeat; a topology without replicas has n
 """
 from dataclasses import dataclass
 
-from coordinator.planner.costs import CostModel
+from coordinator.planner.costs import CostModel, schedule_codecs
 from coordinator.planner.simulate import SimResult, simulate
 from protocol.schedule import Schedule
 from protocol.topology import Topology
@@ -79,7 +79,7 @@ def _measured(start: dict[str, float], b: Boundary, origins: list[str]) -> float
 def predict(schedule: Schedule, topology: Topology, cost: CostModel | None = None,
             rounds: int = ROUNDS) -> Prediction:
     """Steady-state iteration time of `schedule` on `topology` (see the module docstring)."""
-    cost = cost or CostModel(topology)
+    cost = cost or CostModel(topology, wire=schedule_codecs(schedule))
     stage_of = schedule.stage_of()
     origins = [p for p, s in stage_of.items() if s == 0 and p in cost.index]
     ov = cost.overheads

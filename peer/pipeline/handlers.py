@@ -14,11 +14,10 @@ from protocol.spot_checks import SpotCheckReference, SpotCheckRequest
 
 import torch
 
-from peer.compute import tensor_codec
 from peer.compute.model import spec_config
 from peer.compute.errors import BadTensor
 from peer.pipeline import plan_view as pv
-from peer.pipeline import spot_checks
+from peer.pipeline import spot_checks, wire
 from peer.pipeline.inbox import InboxFull
 from peer.pipeline.share_codec import decode_share
 from peer.pipeline.flights import Work
@@ -29,7 +28,6 @@ from peer.routing import fallback
 
 logger = logging.getLogger(__name__)
 ITERATIONS_AHEAD = 2          # how far ahead of our own iteration we buffer work
-FLOAT_WIRE_DTYPES = ("float32", "float16", "bfloat16")
 SHARE_SAMPLES_SLACK = 4     # x the iteration's planned samples: re-sent microbatches count again
 
 
@@ -60,11 +58,11 @@ class WorkHandlers:
         server.register(SpotCheckReference, self.spot_check_reference)
 
     async def forward(self, remote: str, request: m.ForwardRequest) -> m.ForwardReply:
-        await self._accept(remote, request.header, request.tensor, Phase.FORWARD)
+        await self._accept(remote, request.header, wire.received(request), Phase.FORWARD)
         return m.ForwardReply(request.header)
 
     async def backward(self, remote: str, request: m.BackwardRequest) -> m.BackwardReply:
-        await self._accept(remote, request.header, request.tensor, Phase.BACKWARD)
+        await self._accept(remote, request.header, wire.received(request), Phase.BACKWARD)
         return m.BackwardReply(request.header)
 
     async def ping(self, remote: str, request: m.Ping) -> m.Pong:
@@ -117,7 +115,7 @@ class WorkHandlers:
             raise Rejected(ErrorCode.OVERLOADED, str(exc)) from None
         if phase == Phase.FORWARD:
             st.record_attempt(mb, task.kind, header.attempt)
-            w.spot.saw_forward(schedule, route, header, remote, tensor, payload.dtype)
+            w.spot.saw_forward(schedule, route, header, remote, tensor, payload.dtype, wire.block_of(payload))
 
     def _origin_moved_on(self, origin: str, iteration: int) -> None:
         """Work of `iteration` from `origin`'s microbatches (checked as the route's, from its
@@ -160,11 +158,12 @@ class WorkHandlers:
             raise Rejected(ErrorCode.UNKNOWN_MICROBATCH, f"attempt {header.attempt} of microbatch {mb} is {why}")
 
     def _decode_activation(self, remote: str, payload, phase: Phase) -> torch.Tensor:
+        """float32 activation or gradient of a float or quantised payload (wire.py); a malformed
+        one (shape, dtype, length, scale count, a non-finite or negative scale, NaN) is refused."""
         w = self.worker
         shape = (w.spec.microbatch_samples, w.spec.seq_len, self.hidden_dim)
         try:
-            tensor = tensor_codec.decode(payload, expect_shape=shape, expect_dtype=FLOAT_WIRE_DTYPES,
-                                         cast_to=torch.float32, what=f"{phase.name.lower()} tensor")
+            tensor = wire.decode(payload, shape, f"{phase.name.lower()} tensor")
             if not bool(tensor.isfinite().all()):
                 raise BadTensor(f"{phase.name.lower()} tensor", "contains NaN or Inf", non_finite=True)
         except BadTensor as exc:

@@ -21,6 +21,7 @@ from peer.pipeline.inbox import Inbox
 from peer.pipeline.ledger import Ledger
 from peer.pipeline.settings import WorkerSettings
 from peer.pipeline.spot_checks import SpotChecks
+from peer.pipeline.wire import WireCompression
 from peer.routing.health import Health
 from peer.transport.base import TransportError
 from peer.transport.rpc import RemoteError, RpcClient
@@ -41,6 +42,8 @@ class Sender:
                  ledger: Ledger, inbox: Inbox, spot: SpotChecks, tasks: Lifecycle):
         self.me, self.run, self.rpc, self.health, self.settings = me, run, rpc, health, settings
         self.ledger, self.inbox, self.spot, self.tasks = ledger, inbox, spot, tasks
+        # what goes to each next hop: floats, or quantised per --wire-compression and the schedule
+        self.wire = WireCompression(settings.wire_compression, rpc.versions, me)
 
     async def send_output(self, i: int, schedule: Schedule, route: Route, task: pv.TaskKey,
                           tensor: torch.Tensor, attempt: int) -> Undeliverable | None:
@@ -65,7 +68,11 @@ class Sender:
         else:
             payload = tensor_codec.encode(tensor)
             request = (m.ForwardRequest if dest.phase == Phase.FORWARD else m.BackwardRequest)(header, payload)
-            self.spot.maybe_check(schedule, route, request, dest.peer)  # sampled: recomputed elsewhere
+            request, restored = self.wire.pack(request, tensor, schedule, dest.peer)
+            # sampled: recomputed elsewhere from exactly what dest.peer decodes (floats or the
+            # quantised tensor's values)
+            checked = payload if restored is None else tensor_codec.encode(restored)
+            self.spot.maybe_check(schedule, route, request, dest.peer, checked)
             ok = await self.send_with_retries(dest.peer, request, f"microbatch {mb} {nxt.kind.name}",
                                               give_up_when_suspect=recoverable)
         return Undeliverable(dest.peer) if not ok and recoverable else None

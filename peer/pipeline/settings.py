@@ -14,3 +14,4 @@ class WorkerSettings:
     extra_skips: int = 1              # recovery skip budget (k > 0 only), see routing/fallback.py
     spot_check_rate: float = 0.0      # share of forwards recomputed elsewhere, see spot_checks.py
     share_dtype: str = "int8"         # gradient shares on the wire (share_codec.py); float32: exact
+    wire_compression: str = "auto"    # activations/gradients between hops (wire.py): auto follows the schedule

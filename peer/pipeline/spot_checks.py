@@ -33,6 +33,8 @@ import torch
 from protocol.errors import ErrorCode
 from protocol.messages import ForwardRequest, WorkHeader
 from protocol.schedule import Route, Schedule
+from protocol.quantised import CODECS
+from protocol.tensors import TensorPayload
 from protocol.spot_checks import SpotCheckRecord, SpotCheckReference, SpotCheckReport, SpotCheckRequest
 
 from peer.compute import tensor_codec
@@ -98,10 +100,11 @@ class Half:
 
     peer: str
     tensor: torch.Tensor
-    dtype: str
+    dtype: str                    # a float dtype, or the codec of a quantised tensor (int8, int4)
     at: float
     suspect: str = ""             # references only: whom the reference checks
     stage: int = 0
+    block: int = 0                # a quantised tensor's elements per scale
 
 
 class Pending:
@@ -169,9 +172,11 @@ class SpotChecks:
             pending.drop_before(iteration)
         self._served = {k for k in self._served if k[0] >= iteration}
 
-    def maybe_check(self, schedule: Schedule, route: Route, request, suspect: str) -> None:
+    def maybe_check(self, schedule: Schedule, route: Route, request, suspect: str,
+                    payload: TensorPayload | None = None) -> None:
         """W: `request` goes to `suspect`; if it is a forward to a middle hop, and sampled, ask
-        another replica of that hop's stage to recompute it."""
+        another replica of that hop's stage to recompute it from `payload` (floats: what the
+        suspect decodes, when the request is quantised; default: the request's own tensor)."""
         header = request.header
         if (self.sampler.rate <= 0 or not isinstance(request, ForwardRequest)
                 or not 1 <= header.hop_index < len(route.hops)):
@@ -186,7 +191,8 @@ class SpotChecks:
             self.stats["not_asked"] += 1
             return
         self._asking += 1
-        self.spawn(self._ask(secrets.choice(others), SpotCheckRequest(header, request.tensor)))
+        payload = request.tensor if payload is None else payload
+        self.spawn(self._ask(secrets.choice(others), SpotCheckRequest(header, payload)))
 
     async def _ask(self, checker: str, request: SpotCheckRequest) -> None:
         delay, deadline = 0.1, self.clock() + ASK_RETRY_S
@@ -259,8 +265,9 @@ class SpotChecks:
     # ---- Z: match the suspect's output with the reference ----
 
     def saw_forward(self, schedule: Schedule, route: Route, header: WorkHeader, sender: str,
-                    tensor: torch.Tensor, dtype: str) -> None:
-        """Z: `sender` handed us this forward; keep it a while if a reference may follow."""
+                    tensor: torch.Tensor, dtype: str, block: int = 0) -> None:
+        """Z: `sender` handed us this forward; keep it a while if a reference may follow
+        (`dtype` int8/int4: it came quantised, `block` elements to a scale)."""
         hop = header.hop_index
         if hop < 2 or not self._listening():
             return
@@ -269,10 +276,11 @@ class SpotChecks:
             return                      # nobody could recompute it
         key = key_of(header)
         reference = self.references.pop(key)
+        half = Half(sender, tensor, dtype, self.clock(), stage=stage, block=block)
         if reference is None:
-            self.outputs.put(key, Half(sender, tensor, dtype, self.clock(), stage=stage))
+            self.outputs.put(key, half)
         elif reference.suspect == sender:
-            self._compare(header, Half(sender, tensor, dtype, self.clock(), stage=stage), reference)
+            self._compare(header, half, reference)
 
     def add_reference(self, route: Route, header: WorkHeader, suspect: str, checker: str,
                       tensor: torch.Tensor, dtype: str) -> None:
@@ -295,8 +303,12 @@ class SpotChecks:
 
     async def _compare_and_report(self, header: WorkHeader, output: Half, reference: Half) -> None:
         try:
-            rtol = tolerance(output.dtype, reference.dtype)
-            comparison = await asyncio.to_thread(compare_outputs, output.tensor, reference.tensor, rtol)
+            codec = output.dtype if output.dtype in CODECS else None
+            rtol = tolerance(*(d for d in (output.dtype, reference.dtype) if d not in CODECS))
+            # a quantised output may differ from the reference by half a step of its block
+            # before it counts (spot_check_rules.compare_outputs); beyond that, the float tolerance
+            comparison = await asyncio.to_thread(compare_outputs, output.tensor, reference.tensor, rtol,
+                                                 codec, output.block)
             r = report(comparison, output.peer, self.me, header.epoch, header.iteration,
                        header.microbatch_id, output.stage)
         except Exception as exc:

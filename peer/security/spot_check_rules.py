@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from protocol.quantised import QMAX
 from protocol.spot_checks import SpotCheckReport
 
 DEFAULT_RTOL = 1e-3   # replicas hold averaged (equal up to fp32 summation order) parameters
@@ -38,15 +39,37 @@ class Comparison:
     relative_error: float
 
 
-def compare_outputs(suspect: torch.Tensor, reference: torch.Tensor, rtol: float = DEFAULT_RTOL) -> Comparison:
-    """Relative L2 error of `suspect` against `reference` (the checker's recomputation)."""
+def compare_outputs(suspect: torch.Tensor, reference: torch.Tensor, rtol: float = DEFAULT_RTOL,
+                    codec: str | None = None, block: int = 0) -> Comparison:
+    """Relative L2 error of `suspect` against `reference` (the checker's recomputation).
+
+    `codec` (int8/int4): `suspect` arrived quantised in blocks of `block` values, so each value
+    may honestly sit up to half a quantisation step from the true output; only the part of the
+    difference beyond that half step counts (an honest peer's excess is the float noise
+    between replicas, as without compression)."""
     if suspect.shape != reference.shape:
         return Comparison(False, math.inf)
     a, b = suspect.detach().double(), reference.detach().double()
     if not bool(torch.isfinite(a).all()) or not bool(torch.isfinite(b).all()):
         return Comparison(False, math.inf)
-    error = float(torch.linalg.vector_norm(a - b) / max(float(torch.linalg.vector_norm(b)), 1e-12))
+    diff = a - b
+    if codec is not None and block > 0:
+        diff = _beyond_half_step(diff.reshape(-1), a.reshape(-1), b.reshape(-1), QMAX[codec], block)
+    error = float(torch.linalg.vector_norm(diff) / max(float(torch.linalg.vector_norm(b)), 1e-12))
     return Comparison(error <= rtol, error)
+
+
+def _beyond_half_step(diff: torch.Tensor, a: torch.Tensor, b: torch.Tensor, qmax: int, block: int) -> torch.Tensor:
+    """|diff| less half a quantisation step of its block (the larger of the two tensors' block
+    range / qmax), at least 0."""
+    pad = -diff.numel() % block
+
+    def blocks(x):
+        return torch.nn.functional.pad(x, (0, pad)).view(-1, block)
+
+    step = torch.maximum(blocks(a).abs().amax(dim=1), blocks(b).abs().amax(dim=1)) / qmax
+    excess = (blocks(diff).abs() - step[:, None] / 2).clamp_(min=0)
+    return excess.reshape(-1)[:diff.numel()]
 
 
 def report(comparison: Comparison, suspect: str, checker: str, epoch: int, iteration: int,

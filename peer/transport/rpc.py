@@ -44,6 +44,9 @@ class RpcClient:
         self.lanes = SendLanes(transport)
         self.unary_tensor_bytes = unary_tensor_bytes
         self.chunk_bytes = chunk_bytes
+        # the protocol version each peer's latest reply spoke: which optional (minor-version)
+        # features it reads, e.g. quantised tensors (peer/pipeline/wire.py)
+        self.versions: dict[str, tuple[int, int]] = {}
 
     def frames_for(self, message: Any) -> list[bytes]:
         tensor = getattr(message, "tensor", None)
@@ -57,7 +60,7 @@ class RpcClient:
         """Send `message`; return the decoded reply. Raises TransportError, RemoteError,
         or ProtocolError when the reply itself is malformed."""
         frame = await self.lanes.request(peer, self.frames_for(message), timeout)
-        reply = codec.decode(frame)
+        reply, self.versions[peer] = codec.decode_versioned(frame)
         if isinstance(reply, m.ErrorReply):
             raise RemoteError(peer, reply)
         return reply

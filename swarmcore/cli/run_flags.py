@@ -9,9 +9,16 @@ test suite's, share one machine and would fight over the port).
 """
 import argparse
 
+from protocol.quantised import WIRE_COMPRESSION
 from swarmcore.cli.settings import port_or_off
 from swarmcore.cli.support import DEFAULT_SKIP, learning_rate, non_negative_int, positive_int, run_name, skip_ratio
 from swarmcore.path_rules import STRATEGIES
+
+WIRE_COMPRESSION_HELP = (
+    "activations and their gradients between hops: auto (the planner compresses, per link, where "
+    "transmission outweighs compute), off (float, bit-for-bit as before protocol 1.6), int8 or int4 "
+    "(blockwise quantised, a float scale per 64 values: ~3.8x or ~7x fewer bytes) on every link; a "
+    "peer older than protocol 1.6 always gets floats (default: %(default)s)")
 
 DEFAULT_STATUS_PORT = 8321
 COORDINATOR, LAUNCHER = "coordinator", "launcher"
@@ -56,6 +63,14 @@ def add_run_flags(p: argparse.ArgumentParser, role: str = COORDINATOR) -> None:
                         f"default: {status_port if status_port is not None else 'off'})")
     p.add_argument("--join-key", default="", metavar="FILE",
                    help="admit only peers holding this secret file (created, mode 0600, if missing)")
+    add_wire_compression(p)
+
+
+def add_wire_compression(p) -> None:
+    """--wire-compression, the same for skippipe-coordinator run, skippipe-swarm and skippipe-peer
+    (`p`: a parser or an argument group). The coordinator's choice goes into the schedule (per
+    link); a peer's: auto follows the schedule, off never compresses, int8/int4 always."""
+    p.add_argument("--wire-compression", choices=WIRE_COMPRESSION, default="auto", help=WIRE_COMPRESSION_HELP)
 
 
 def add_data_arguments(p: argparse.ArgumentParser) -> None:

@@ -1,5 +1,6 @@
 """A peer answers bad requests with specific errors and keeps its state clean (issue 4/7)."""
 import asyncio
+import struct
 
 import pytest
 import torch
@@ -7,8 +8,11 @@ import torch
 from protocol import codec
 from protocol import messages as m
 from protocol.errors import ErrorCode
+from protocol.quantised import Quantised
+from protocol.tensors import TensorPayload
 
 from peer.compute import tensor_codec
+from peer.compute.quantise import dequantise, quantise
 from peer.compute.runner import StageRunner
 from peer.pipeline.handlers import WorkHandlers
 from peer.pipeline.schedule_book import ScheduleBook
@@ -51,6 +55,20 @@ def activation(shape=(2, 8, 64), fill=None):
     return tensor_codec.encode(t)
 
 
+def quantised(codec_="int8", shape=(2, 8, 64), scales=None, cut=0, header_shape=None):
+    """A quantised activation (protocol 1.6), optionally broken: scales replaced, bytes cut off,
+    or a header that claims another shape."""
+    q, payload, _ = quantise(torch.randn(shape), codec_)
+    data = bytearray(payload.data)
+    if scales is not None:
+        data[:4 * len(scales)] = struct.pack(f"<{len(scales)}f", *scales)
+    if cut:
+        data = data[:-cut]
+    if header_shape is not None:
+        q = Quantised(q.codec, q.block, header_shape)
+    return m.ForwardRequest(header(), TensorPayload("uint8", (len(data),), bytes(data)), q)
+
+
 def call(network, sender, message):
     return asyncio.run(RpcClient(network.transport(sender)).call("p1", message, 5.0))
 
@@ -83,11 +101,30 @@ def test_valid_forward_is_queued(setup):
     (m.ForwardRequest(header(iteration=9), activation()), ErrorCode.OVERLOADED),
     (m.ForwardRequest(header(microbatch_id=5), activation()), ErrorCode.UNKNOWN_MICROBATCH),
     (m.ForwardRequest(header(hop_index=0), activation()), ErrorCode.WRONG_STAGE),
+    # quantised tensors (protocol 1.6) get the same checks: length, scales, shape
+    (quantised(cut=1), ErrorCode.BAD_TENSOR),
+    (quantised("int4", cut=3), ErrorCode.BAD_TENSOR),
+    (quantised(scales=[float("nan")]), ErrorCode.BAD_TENSOR),
+    (quantised("int4", scales=[1.0, float("inf")]), ErrorCode.BAD_TENSOR),
+    (quantised(scales=[-1.0]), ErrorCode.BAD_TENSOR),
+    (quantised(header_shape=(2, 8, 32)), ErrorCode.BAD_TENSOR),
+    (quantised(shape=(2, 8, 32), header_shape=(2, 8, 32)), ErrorCode.BAD_TENSOR),
 ])
 def test_bad_requests_get_specific_errors_and_leave_no_trace(setup, message, code):
     network, worker = setup
     expect_error(network, message, code)
     assert len(worker.inbox) == 0 and worker.seat.runner.stashed == 0
+
+
+@pytest.mark.parametrize("codec_", ["int8", "int4"])
+def test_a_valid_quantised_forward_is_queued_as_float32(setup, codec_):
+    network, worker = setup
+    request = quantised(codec_)
+    reply = call(network, "p0", request)
+    assert isinstance(reply, m.ForwardReply) and len(worker.inbox) == 1
+    work = next(iter(worker.inbox._items.values()))
+    expected = dequantise(request.quantised, request.tensor)
+    assert work.tensor.dtype == torch.float32 and torch.equal(work.tensor, expected)
 
 
 def test_a_stranger_cannot_inject_activations(setup):

@@ -1,5 +1,8 @@
 """`skippipe-swarm` end to end: real processes, real P2P, the loss goes down (issue 4)."""
+import collections
 import json
+import math
+import re
 import subprocess
 import sys
 
@@ -20,11 +23,14 @@ def run_swarm(tmp_path, *args, name="summary.json"):
 @pytest.fixture(scope="module")
 def first_run(tmp_path_factory):
     """The main job's shape, with per-stage checkpoints: what the training test checks, and what
-    the resume test continues from (a swarm's start-up costs more than these few iterations)."""
+    the resume test continues from (a swarm's start-up costs more than these few iterations).
+    Activations and gradients travel int8-quantised on every link (issue 27; the resumed run
+    and the other swarm tests send floats: loopback links never make auto compress)."""
     tmp_path = tmp_path_factory.mktemp("swarm-cli")
     ckpt = tmp_path / "ckpt"
     summary, out = run_swarm(tmp_path, "--peers", "6", "--stages", "3", "--steps", "8", "--skip", "1/3",
-                             "--microbatches", "3", "--checkpoint-dir", str(ckpt), name="first.json")
+                             "--microbatches", "3", "--checkpoint-dir", str(ckpt), "--wire-compression", "int8", "--log-level", "INFO",
+                             name="first.json")
     return tmp_path, ckpt, summary, out
 
 
@@ -38,6 +44,23 @@ def test_skippipe_swarm_trains_and_accounts_every_microbatch(first_run):
     assert mb["completed"] % 3 == 0 and mb["completed"] >= 8 * 3
     assert "stages skipped 33.3%" in out
     assert summary["tokens_per_s"] > 0 and summary["mean_iteration_s"] > 0
+    assert all(math.isfinite(loss) for loss in summary["losses"])
+
+
+def test_int8_quantised_tensors_travelled_between_the_peers(first_run):
+    tmp_path, _, _, _ = first_run
+    sent, logged = collections.Counter(), 0
+    for log in (tmp_path / "logs").glob("peer*.log"):   # each peer's line as its work loop ends
+        found = re.search(r"tensors sent to next hops: (\d+) float, (\d+) int8, (\d+) int4", log.read_text())
+        if found:
+            logged += 1
+            sent.update(dict(zip(("float", "int8", "int4"), map(int, found.groups()))))
+    # (a peer still in its last exchange when the launcher stops the swarm may not get to say it)
+    assert logged >= 5
+    # 8 iterations x 9 microbatches, each 2 forwards and 2 backwards between peers (288 in all);
+    # only a first request to a peer goes as floats (its protocol version is not known yet)
+    assert sent["int8"] >= 8 * 9 * 4 * logged // 6 - 30 and sent["int4"] == 0
+    assert sent["float"] <= 6 * 5
 
 
 def test_checkpoint_and_resume(first_run):

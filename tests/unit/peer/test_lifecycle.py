@@ -14,6 +14,7 @@ from peer.config import PeerConfig
 from peer.discovery.announcer import Announcer
 from peer.pipeline.ledger import Ledger
 from peer.pipeline.schedule_book import ScheduleBook
+from peer.pipeline.wire import WireCompression
 
 
 class FakeRecords:
@@ -38,6 +39,7 @@ class FakeRecords:
 class FakeWorker:
     def __init__(self, work):
         self.work, self.ledger, self.shut = work, Ledger(), False
+        self.sender = SimpleNamespace(wire=WireCompression("auto", {}, "me"))   # the end-of-run log line reads it
 
     async def run(self):
         await self.work()

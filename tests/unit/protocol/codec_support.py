@@ -19,8 +19,9 @@ from protocol.adverts import LinkMeasurement, LinkReport, PeerAdvert, PeerState
 from protocol.errors import ErrorCode, FieldError, ProtocolError
 from protocol.invitations import Roster
 from protocol.signing import KINDS, SignedRecord, sign
+from protocol.quantised import CODECS, MAX_BLOCK, MIN_BLOCK, Quantised
 from protocol.spot_checks import REPORT_KINDS, SpotCheckReport
-from protocol.schedule import Hop, OrderEntry, PeerOrder, Phase, Route, Schedule, StageAssignment
+from protocol.schedule import Hop, LinkCodec, OrderEntry, PeerOrder, Phase, Route, Schedule, StageAssignment
 from protocol.tensors import DTYPE_ITEMSIZE, TensorChunk, TensorPayload
 from protocol.version import PROTOCOL_MAJOR, PROTOCOL_MINOR
 
@@ -99,7 +100,11 @@ schedules = st.builds(
     assignment=st.lists(st.builds(StageAssignment, peer=text, stage=st.integers(0, 64)),
                         max_size=4).map(tuple),
     routes=st.lists(routes, max_size=4).map(tuple), order=st.lists(orders, max_size=3).map(tuple),
-    predicted_iteration_s=nonneg, seed=i64)
+    predicted_iteration_s=nonneg, seed=i64,
+    wire=st.lists(st.builds(LinkCodec, sender=text, receiver=text, codec=st.sampled_from(CODECS)),
+                  max_size=3).map(tuple))
+quantised = st.none() | st.builds(Quantised, codec=st.sampled_from(CODECS), block=st.integers(MIN_BLOCK, MAX_BLOCK),
+                                  shape=shapes)
 
 headers = st.builds(m.WorkHeader, run=run_names, epoch=u63, iteration=u63, microbatch_id=u63,
                     hop_index=st.integers(0, 64))
@@ -109,9 +114,9 @@ STRATEGIES: dict[type, st.SearchStrategy] = {
     PeerAdvert: peer_adverts(),
     LinkReport: link_reports,
     Schedule: schedules,
-    m.ForwardRequest: st.builds(m.ForwardRequest, header=headers, tensor=payloads()),
+    m.ForwardRequest: st.builds(m.ForwardRequest, header=headers, tensor=payloads(), quantised=quantised),
     m.ForwardReply: st.builds(m.ForwardReply, header=headers, tensor=st.none() | payloads()),
-    m.BackwardRequest: st.builds(m.BackwardRequest, header=headers, tensor=payloads()),
+    m.BackwardRequest: st.builds(m.BackwardRequest, header=headers, tensor=payloads(), quantised=quantised),
     m.BackwardReply: st.builds(m.BackwardReply, header=headers, tensor=st.none() | payloads()),
     m.StreamHead: st.builds(m.StreamHead, message=st.binary(max_size=64)),
     m.StreamChunk: st.builds(m.StreamChunk, chunk=chunks()),

@@ -1,0 +1,127 @@
+"""Compressed activations on slow links (issue 27): iteration time with --wire-compression auto
+against off on the emulated geo network, and the held-out loss at equal tokens for off, int8
+and int4.
+
+Speed: bench/swarm_vs_full.py's topology and scales (12 cloud regions, latencies x1.5,
+bandwidths x0.02; see its docstring), SkipPipe (k = 1/3) run twice by the real local swarm
+(`skippipe-swarm --topology`: coordinator + peer processes over hivemind P2P on 127.0.0.1, every
+send delayed by the link emulator for its bytes), same model, data, seed and tokens: once with
+`--wire-compression off` (floats) and once with `auto` (the planner quantises, int8, the links
+whose float transmission outweighs a stage's compute; coordinator/planner/costs.py). For each:
+the mean iteration time after --warmup iterations and the coordinator's prediction.
+
+Convergence: bench/convergence.py's machinery (the real worker and handlers in one process,
+in-memory transport; the tiny model on the embedded corpus; SkipPipe k = 1/3 on its
+single-cluster topology), once per codec, every link carrying that codec (off: floats), the
+same tokens; the held-out loss of the trained model with all stages in order.
+
+  python bench/compression.py [--steps 12] [--conv-steps 120] [--skip-speed] [--skip-convergence]
+Last line: RESULT ratio=<auto/off measured> loss_off=.. loss_int8=.. loss_int4=.. ...
+"""
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for bench.*
+from bench.convergence import train  # noqa: E402
+from bench.swarm_vs_full import microbatches_per_data_node, positive, run_swarm, write_topology  # noqa: E402
+from peer.data import TextDataset, load_corpus  # noqa: E402
+
+CODECS = ("off", "int8", "int4")
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = p.add_argument_group("speed (bench/swarm_vs_full.py's geo bench)")
+    g.add_argument("--nodes", type=int, default=12)
+    g.add_argument("--stages", type=int, default=6)
+    g.add_argument("--steps", type=int, default=12)
+    g.add_argument("--warmup", type=int, default=2, help="first iterations left out of the mean")
+    g.add_argument("--microbatches-per-iteration", type=int, default=24)
+    g.add_argument("--topology-seed", type=int, default=2)
+    g.add_argument("--latency-scale", type=positive, default=1.5)
+    g.add_argument("--bandwidth-scale", type=positive, default=0.02)
+    g.add_argument("--timeout", type=float, default=600)
+    g.add_argument("--log-level", default="WARNING")
+    g.add_argument("--skip-speed", action="store_true", help="only the convergence part")
+    g = p.add_argument_group("convergence (bench/convergence.py)")
+    g.add_argument("--conv-steps", type=int, default=120)
+    g.add_argument("--conv-stages", type=int, default=5)
+    g.add_argument("--conv-nodes", type=int, default=10)
+    g.add_argument("--conv-seeds", type=int, default=1,
+                   help="seeds (model init, data order, plan) per codec; the losses are their means "
+                        "(one run's held-out loss moves by ~0.5%% with float arrival order alone)")
+    g.add_argument("--skip-convergence", action="store_true", help="only the speed part")
+    p.add_argument("--keep", type=Path, help="keep topology, summaries, logs and checkpoints in this folder")
+    args = p.parse_args()
+    args.share_dtype = None   # the swarm's: the peers' default
+    return args
+
+
+def speed(args, folder: Path) -> dict:
+    topology = folder / "geo.json"
+    write_topology(args, topology)
+    per_node = microbatches_per_data_node(args, 1 / 3)
+    runs = {mode: run_swarm(args, topology, folder, "skippipe", "1/3", per_node,
+                            extra=("--wire-compression", mode), label=f"skippipe-{mode}") for mode in ("off", "auto")}
+    off, auto = runs["off"], runs["auto"]
+    ratio = auto["measured"] / off["measured"]
+    print(f"SkipPipe auto / off iteration time: {ratio:.3f} ({off['measured']:.3f} s -> {auto['measured']:.3f} s; "
+          f"simulator {off['predicted']:.3f} s -> {auto['predicted']:.3f} s, ratio "
+          f"{auto['predicted'] / off['predicted']:.3f}); target <= 0.75", flush=True)
+    return {"ratio": ratio, "off_s": off["measured"], "auto_s": auto["measured"],
+            "sim_ratio": auto["predicted"] / off["predicted"], "lost": off["lost"] + auto["lost"]}
+
+
+def convergence(args, folder: Path) -> dict:
+    train_set, held = TextDataset(load_corpus()).split()
+    held_out = list(held.eval_batches(samples=8, seq_len=64, max_batches=16))
+    runs = {c: [] for c in CODECS}
+    for seed in range(args.conv_seeds):
+        conv = argparse.Namespace(steps=args.conv_steps, stages=args.conv_stages, nodes=args.conv_nodes,
+                                  data_nodes=2, microbatches=4, samples=8, seq_len=64, lr=3e-3, seed=seed,
+                                  share_dtype="int8")
+        for c in CODECS:
+            runs[c].append(train(conv, 1 / 3, train_set, held_out, folder / f"conv-{c}-s{seed}", wire_compression=c))
+    if len({r["tokens"] for rs in runs.values() for r in rs}) != 1:
+        raise SystemExit("the convergence runs saw different numbers of tokens")
+    loss = {c: sum(r["held_out_loss"] for r in rs) / len(rs) for c, rs in runs.items()}
+    for c, rs in runs.items():
+        quantised = sum(r["sent"]["int8"] + r["sent"]["int4"] for r in rs)
+        total = quantised + sum(r["sent"]["off"] for r in rs)
+        each = " ".join(f"{r['held_out_loss']:.4f}" for r in rs)
+        print(f"wire {c}: held-out loss {loss[c]:.4f} (seeds: {each}; "
+              f"{100 * (loss[c] / loss['off'] - 1):+.2f}% vs off), {quantised} of {total} tensors sent quantised",
+              flush=True)
+    print("targets: int8 within 1%, int4 within 3% of off", flush=True)
+    return loss | {"tokens": runs["off"][0]["tokens"]}
+
+
+def main() -> int:
+    args = parse_args()
+    torch.set_num_threads(1)
+    folder = args.keep or Path(tempfile.mkdtemp(prefix="skippipe-compression-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    load = os.getloadavg()
+    print(f"load average at start: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} ({os.cpu_count()} CPUs)", flush=True)
+    fast = {} if args.skip_speed else speed(args, folder)
+    loss = {} if args.skip_convergence else convergence(args, folder)
+    end = os.getloadavg()
+    print(f"load average at end: {end[0]:.1f} {end[1]:.1f} {end[2]:.1f}", flush=True)
+
+    def fmt(value, spec=".4f"):
+        return "nan" if value is None else format(value, spec)
+    print(f"RESULT ratio={fmt(fast.get('ratio'), '.3f')} loss_off={fmt(loss.get('off'))} "
+          f"loss_int8={fmt(loss.get('int8'))} loss_int4={fmt(loss.get('int4'))} "
+          f"off_s={fmt(fast.get('off_s'), '.3f')} auto_s={fmt(fast.get('auto_s'), '.3f')} "
+          f"sim_ratio={fmt(fast.get('sim_ratio'), '.3f')} lost={fast.get('lost', 0)} "
+          f"tokens={loss.get('tokens', 0)} load_start={load[0]:.1f} load_end={end[0]:.1f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""Quantised activations and gradients (protocol 1.6) in the peer: the torch codec's round trip and
+error bound, the sender's negotiation and per-link choice, error feedback, the receiver's refusal of
+malformed payloads, and floats unchanged when compression is off."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from peer.compute import tensor_codec
+from peer.compute.errors import BadTensor
+from peer.compute.quantise import dequantise, quantise
+from peer.pipeline import wire
+from protocol import codec
+from protocol import messages as m
+from protocol.errors import ProtocolError
+from protocol.quantised import QMAX, Quantised
+from protocol.schedule import LinkCodec
+from protocol.tensors import TensorPayload
+from tests.unit.protocol.codec_support import FAST, SAMPLES
+
+HEADER = m.WorkHeader("run-1", 1, 0, 3, 1)
+SCHED = SAMPLES[3]
+
+
+@FAST
+@given(st.sampled_from(["int8", "int4"]), st.sampled_from([8, 64, 96]),
+       st.lists(st.integers(0, 7), min_size=1, max_size=3), st.integers(0, 2**31))
+def test_round_trip_is_what_the_sender_predicts_and_within_half_a_step(codec_, block, shape, seed):
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * 3
+    header, payload, restored = quantise(x, codec_, block)
+    out = dequantise(header, payload)
+    assert torch.equal(out, restored) and out.shape == x.shape
+    flat, err = x.reshape(-1), (out - x).abs().reshape(-1)
+    for b in range(0, flat.numel(), block):
+        step = flat[b:b + block].abs().max() / QMAX[codec_]
+        assert float(err[b:b + block].max()) <= float(step) / 2 * (1 + 1e-5) + 1e-12
+
+
+def test_compression_ratio_and_error_on_activations():
+    torch.manual_seed(0)
+    x = torch.randn(4, 64, 256)
+    for codec_, ratio, rel in (("int8", 3.7, 0.01), ("int4", 7.0, 0.15)):
+        _, payload, restored = quantise(x, codec_)
+        assert x.numel() * 4 / payload.nbytes > ratio
+        assert float((restored - x).norm() / x.norm()) < rel
+
+
+def test_non_finite_tensors_travel_as_floats():
+    assert quantise(torch.tensor([1.0, math.nan]), "int8") is None
+    w = wire.WireCompression("int8", {"b": (1, 6)}, "a")
+    req = m.BackwardRequest(HEADER, tensor_codec.encode(torch.tensor([math.inf] * 4)))
+    assert w.compress(req, torch.tensor([math.inf] * 4), SCHED, "b") is req
+
+
+@FAST
+@given(st.binary(max_size=400), st.sampled_from(["int8", "int4"]), st.integers(8, 64))
+def test_random_payloads_decode_or_raise_bad_tensor(data, codec_, block):
+    h = Quantised(codec_, block, (len(data) // 2,))
+    try:
+        out = wire.decode(wire.Packed(h, TensorPayload("uint8", (len(data),), data)), h.shape, "x")
+    except BadTensor:
+        return
+    assert out.shape == h.shape and out.dtype == torch.float32
+
+
+@FAST
+@given(st.integers(0, 10**6), st.integers(0, 255))
+def test_mutated_quantised_frames_raise_only_protocol_errors_or_bad_tensor(pos, value):
+    x = torch.randn(2, 40)
+    h, payload, _ = quantise(x, "int4", 16)
+    frame = bytearray(codec.encode(m.ForwardRequest(HEADER, payload, h)))
+    frame[pos % len(frame)] = value
+    try:
+        req = codec.decode(bytes(frame), expected=m.ForwardRequest)
+        wire.decode(wire.received(req), (2, 40), "forward tensor")
+    except (ProtocolError, BadTensor):
+        pass
+
+
+def test_negotiation_older_or_unknown_receivers_get_floats():
+    x = torch.randn(2, 64)
+    req = m.ForwardRequest(HEADER, tensor_codec.encode(x))
+    versions = {"old": (1, 5), "new": (1, 6)}
+    w = wire.WireCompression("int8", versions, "a")
+    assert w.compress(req, x, SCHED, "old") is req
+    assert w.compress(req, x, SCHED, "stranger") is req
+    sent = w.compress(req, x, SCHED, "new")
+    assert sent.quantised.codec == "int8" and sent.tensor.dtype == "uint8"
+    back = codec.decode(codec.encode(sent))
+    assert torch.allclose(wire.decode(wire.received(back), (2, 64), "t"), x, atol=0.05)
+
+
+def test_auto_follows_the_schedule_per_link():
+    import dataclasses
+    x = torch.randn(2, 64)
+    req = m.ForwardRequest(HEADER, tensor_codec.encode(x))
+    sched = dataclasses.replace(SCHED, wire=(LinkCodec("a", "b", "int4"),))
+    w = wire.WireCompression("auto", {"b": (1, 6), "c": (1, 6)}, "a")
+    assert w.compress(req, x, sched, "b").quantised.codec == "int4"
+    assert w.compress(req, x, sched, "c") is req                 # not listed: floats
+    assert wire.WireCompression("off", {"b": (1, 6)}, "a").compress(req, x, sched, "b") is req
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_floats_are_bit_for_bit_when_off(dtype):
+    x = torch.randn(2, 3, 8).to(dtype)
+    req = m.ForwardRequest(HEADER, tensor_codec.encode(x))
+    assert wire.WireCompression("auto", {"b": (1, 6)}, "a").compress(req, x, SCHED, "b") is req
+    got = wire.decode(wire.received(codec.decode(codec.encode(req))), (2, 3, 8), "t")
+    before = tensor_codec.decode(req.tensor, expect_shape=(2, 3, 8), cast_to=torch.float32)
+    assert torch.equal(got, before) and torch.equal(got, x.to(torch.float32))
+
+
+def test_shape_mismatch_is_a_bad_tensor():
+    h, payload, _ = quantise(torch.randn(2, 64), "int8")
+    with pytest.raises(BadTensor):
+        wire.decode(wire.Packed(h, payload), (2, 32), "t")
+
+
+@pytest.mark.parametrize("feedback", [True, False])
+def test_error_feedback_keeps_the_delivered_sum_on_track(feedback):
+    g = torch.full((64,), 0.003)
+    g[0] = 1.0                     # int4 step 1/7: alone, 0.003 rounds to 0 every time
+    w = wire.WireCompression("int4", {"b": (1, 6)}, "a", error_feedback=feedback)
+    total = torch.zeros(64)
+    for _ in range(100):
+        sent = w.compress(m.BackwardRequest(HEADER, tensor_codec.encode(g)), g, SCHED, "b")
+        total += wire.decode(wire.received(sent), (64,), "g")
+    drift = float((total[1:] - 100 * g[1:]).abs().max())
+    if feedback:
+        assert drift <= 1.0 / 7 / 2 + 1e-4          # at most one residual behind
+    else:
+        assert drift > 0.29                        # the whole 0.3 lost
+
+
+
+@pytest.mark.parametrize("codec_", ["int8", "int4"])
+def test_spot_checks_allow_half_a_step_of_a_quantised_output_and_no_more(codec_):
+    from peer.security.spot_check_rules import DEFAULT_RTOL, compare_outputs
+    torch.manual_seed(1)
+    out = torch.randn(2, 16, 64)
+    reference = out + 1e-5 * torch.randn_like(out)           # another replica: float noise
+    _, _, received = quantise(out, codec_)
+    assert not compare_outputs(received, reference).passed    # as floats, the codec's error fails
+    honest = compare_outputs(received, reference, DEFAULT_RTOL, codec_, 64)
+    assert honest.passed and honest.relative_error < DEFAULT_RTOL / 10
+    tampered = received.clone()
+    tampered[0, :4] += 0.2                                    # a few rows nudged by more than half a step
+    assert not compare_outputs(tampered, reference, DEFAULT_RTOL, codec_, 64).passed

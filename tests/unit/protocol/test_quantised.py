@@ -1,0 +1,61 @@
+"""Quantised tensors on the wire (protocol 1.6, protocol/quantised.py): the header's fields, the
+payload's length, dtype and scale checks, the bytes per element the planner prices, the version gate."""
+from __future__ import annotations
+
+import math
+import struct
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from protocol.errors import FieldError, TensorError
+from protocol.quantised import Quantised, bytes_per_element, speaks_quantised, split
+from protocol.tensors import TensorPayload
+from tests.unit.protocol.codec_support import FAST
+
+
+def packed(header: Quantised, scales: list[float]) -> TensorPayload:
+    data = struct.pack(f"<{len(scales)}f", *scales) + bytes(header.value_bytes)
+    return TensorPayload("uint8", (len(data),), data)
+
+
+@pytest.mark.parametrize("kwargs,field", [
+    (dict(codec="int2", block=64, shape=(4,)), "codec"),
+    (dict(codec="int8", block=4, shape=(4,)), "block"),
+    (dict(codec="int8", block=10**6, shape=(4,)), "block"),
+    (dict(codec="int4", block=64, shape=(-1,)), "shape"),
+])
+def test_header_fields_are_checked(kwargs, field):
+    with pytest.raises(FieldError) as info:
+        Quantised(**kwargs)
+    assert info.value.field == field
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, -1.0])
+def test_a_bad_scale_is_refused(bad):
+    h = Quantised("int8", 64, (3, 64))
+    split(h, packed(h, [1.0, 2.0, 0.5]))
+    with pytest.raises(TensorError):
+        split(h, packed(h, [1.0, bad, 0.5]))
+
+
+@FAST
+@given(st.sampled_from(["int8", "int4"]), st.integers(8, 100), st.integers(0, 300), st.integers(-40, 40))
+def test_any_wrong_length_is_refused(codec_, block, n, delta):
+    h = Quantised(codec_, block, (n,))
+    good = h.packed_bytes
+    size = max(0, good + delta)
+    payload = TensorPayload("uint8", (size,), bytes(size))
+    if size == good:
+        split(h, payload)
+    else:
+        with pytest.raises(TensorError):
+            split(h, payload)
+    with pytest.raises(TensorError):     # right size, wrong dtype
+        split(h, TensorPayload("int8", (good,), bytes(good)))
+
+
+def test_ratio_and_version_gate():
+    assert bytes_per_element("int8") == 1.0625 and bytes_per_element("int4") == 0.5625
+    assert not speaks_quantised(None) and not speaks_quantised((1, 5)) and speaks_quantised((1, 6))
