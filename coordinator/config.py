@@ -37,4 +37,4 @@ class CoordinatorConfig:
     data_dir: str = ""                      # a dataset folder (tokendata); "" = the embedded corpus
     tokenizer: str = ""                     # byte | bpe (embedded corpus; "" = byte) or the dataset's own
     overheads: Overheads = Overheads()      # the planner's fixed swarm costs (planner/costs.py); zero: links + compute
-    wire_compression: str = "auto"          # --wire-compression: the links the schedule quantises (planner/costs.py)
+    wire_compression: str = "off"           # --wire-compression: the links the schedule quantises (planner/costs.py)

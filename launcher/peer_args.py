@@ -26,8 +26,11 @@ def peer_settings(args, index: int, maddrs: list[str], emulation: Emulation | No
                 "announce_period": args.announce_period, "linger": PEER_LINGER_S}
     if args.checkpoint_dir:
         settings.update(checkpoint_dir=args.checkpoint_dir, save_every=args.save_every, keep_last=args.keep_last)
+    # off and auto are the coordinator's choice, carried by the schedule: the peers follow it
+    # (their auto); int8/int4 force every link, so the peers get those
+    forced = args.wire_compression if args.wire_compression in ("int8", "int4") else None
     settings.update(spot_check_rate=args.spot_check_rate or None, share_dtype=args.share_dtype,
-                    wire_compression=args.wire_compression, join_key=args.join_key or None)
+                    wire_compression=forced, join_key=args.join_key or None)
     if emulation is not None:
         node_id, identity = emulation.nodes[index]
         # the planner reads the links from the topology file; a probe's 3 x 1 MiB each way

@@ -18,7 +18,9 @@ WIRE_COMPRESSION_HELP = (
     "activations and their gradients between hops: auto (the planner compresses, per link, where "
     "transmission outweighs compute), off (float, bit-for-bit as before protocol 1.6), int8 or int4 "
     "(blockwise quantised, a float scale per 64 values: ~3.8x or ~7x fewer bytes) on every link; a "
-    "peer older than protocol 1.6 always gets floats (default: %(default)s)")
+    "peer older than protocol 1.6 always gets floats. A peer with auto sends what the coordinator's "
+    "schedule says; the coordinator's default is off while compressed runs still lose more than 1%% "
+    "held-out loss (docs/results.md) (default: %(default)s)")
 
 DEFAULT_STATUS_PORT = 8321
 COORDINATOR, LAUNCHER = "coordinator", "launcher"
@@ -63,14 +65,16 @@ def add_run_flags(p: argparse.ArgumentParser, role: str = COORDINATOR) -> None:
                         f"default: {status_port if status_port is not None else 'off'})")
     p.add_argument("--join-key", default="", metavar="FILE",
                    help="admit only peers holding this secret file (created, mode 0600, if missing)")
-    add_wire_compression(p)
+    # off until compressed runs train within issue 27's loss targets (int8 +1.6%, int4 +5.8%
+    # measured): an organiser opts in with auto; peers follow whatever the schedule says
+    add_wire_compression(p, default="off")
 
 
-def add_wire_compression(p) -> None:
+def add_wire_compression(p, default: str = "auto") -> None:
     """--wire-compression, the same for skippipe-coordinator run, skippipe-swarm and skippipe-peer
     (`p`: a parser or an argument group). The coordinator's choice goes into the schedule (per
     link); a peer's: auto follows the schedule, off never compresses, int8/int4 always."""
-    p.add_argument("--wire-compression", choices=WIRE_COMPRESSION, default="auto", help=WIRE_COMPRESSION_HELP)
+    p.add_argument("--wire-compression", choices=WIRE_COMPRESSION, default=default, help=WIRE_COMPRESSION_HELP)
 
 
 def add_data_arguments(p: argparse.ArgumentParser) -> None:
