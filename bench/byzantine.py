@@ -50,7 +50,7 @@ from peer.pipeline.state_sync import StateFetcher
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for bench.support
 from bench.support import byzantine_attacks as attacks  # noqa: E402
 from bench.support.byzantine_attacks import Outcome  # noqa: E402
-from bench.support.memory_swarm import build_memory_swarm, make_schedule  # noqa: E402
+from bench.support.memory_swarm import batch_fn, build_memory_swarm, make_schedule  # noqa: E402
 
 STAGE_OF = {"o0": 0, "o1": 0, "a1": 1, "b1": 1, "c1": 1}
 PATHS = {mb: [("o0", "o1")[mb % 2], ("a1", "b1", "c1")[mb % 3]] for mb in range(6)}
@@ -67,17 +67,6 @@ def parse_args() -> argparse.Namespace:
 def spec_for(steps: int) -> m.RunSpec:
     return m.RunSpec(run="byz", model="tiny", num_stages=2, skip_ratio=0.0, seed=3, microbatch_samples=8,
                      seq_len=64, microbatches_per_origin=3, learning_rate=3e-3, warmup_steps=5, max_steps=steps)
-
-
-def batch_fn(spec: m.RunSpec, train: TextDataset):
-    shards = {}
-
-    def batch(iteration, local, shard, count, positions=None):
-        if (shard, count) not in shards:
-            shards[(shard, count)] = train.shard(shard, count)
-        return shards[(shard, count)].batch(seed=spec.seed, iteration=iteration, microbatch=local,
-                                            samples=spec.microbatch_samples, seq_len=spec.seq_len)
-    return batch
 
 
 class CheckTimer:

@@ -34,7 +34,7 @@ from peer.evaluate import perplexity
 from peer.pipeline.checkpoint import CheckpointStore
 from peer.pipeline.worker import WorkerSettings
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for bench.support
-from bench.support.memory_swarm import run_memory_swarm  # noqa: E402
+from bench.support.memory_swarm import batch_fn, run_memory_swarm  # noqa: E402
 
 SKIPS = (0.0, 0.25, 0.5)
 
@@ -63,17 +63,6 @@ def schedule_for(args, k: float):
     cfg = PlanConfig(strategy="full" if k == 0 else "skippipe", skip_ratio=k, run="conv",
                      planner=PlannerConfig(data_nodes=args.data_nodes))
     return plan(topo, cfg, args.seed)
-
-
-def batch_fn(spec: m.RunSpec, train: TextDataset):
-    shards = {}
-
-    def batch(iteration, local, shard, count, positions=None):
-        if (shard, count) not in shards:
-            shards[(shard, count)] = train.shard(shard, count)
-        return shards[(shard, count)].batch(seed=spec.seed, iteration=iteration, microbatch=local,
-                                            samples=spec.microbatch_samples, seq_len=spec.seq_len)
-    return batch
 
 
 def train(args, k: float, train_set: TextDataset, held_out, folder: Path, wire_compression: str = "off") -> dict:

@@ -7,6 +7,7 @@ from protocol import messages as m
 from protocol.schedule import Hop, Route, Schedule, StageAssignment
 
 from peer.compute.runner import StageRunner
+from peer.data import TextDataset
 from peer.pipeline.handlers import WorkHandlers
 from peer.pipeline.schedule_book import ScheduleBook
 from peer.pipeline.worker import PipelineWorker, StageSeat, WorkerHooks, WorkerSettings
@@ -98,3 +99,16 @@ async def run_memory_swarm(spec: m.RunSpec, schedule: Schedule, batch, timeout: 
         if isinstance(result, BaseException) and not (isinstance(result, Killed) and kill and peer in kill):
             raise result
     return workers
+
+
+def batch_fn(spec: m.RunSpec, train: TextDataset):
+    """An origin's batch function over `train`: each data shard's samples for an iteration, by
+    the spec's seed (what bench/convergence.py and bench/byzantine.py train on)."""
+    shards = {}
+
+    def batch(iteration, local, shard, count, positions=None):
+        if (shard, count) not in shards:
+            shards[(shard, count)] = train.shard(shard, count)
+        return shards[(shard, count)].batch(seed=spec.seed, iteration=iteration, microbatch=local,
+                                            samples=spec.microbatch_samples, seq_len=spec.seq_len)
+    return batch

@@ -202,7 +202,7 @@ class GradientExchange:
             lambda peer, share: sender.send_with_retries(peer, share, f"gradient share {share.iteration}"),
             self.shares, sender.tasks.spawn)
 
-    def _share_patience_s(self) -> "Patience":
+    def _share_patience(self) -> "Patience":
         """How long a replica that stopped answering our heartbeats may hold our step up while
         our share to it is still on its way (the RPC to a stopped peer hangs for its whole
         timeout): a few of our typical iterations, so that a peer stopped with SIGSTOP is
@@ -226,7 +226,7 @@ class GradientExchange:
             # replicas may legitimately still be working: wait as long as an iteration may take,
             # but not for one that died (its gradients died with it) or would not take ours
             self.ledger.awaiting_shares = set(others)  # recovery heartbeats them while we wait
-            patience, brief = self._share_patience_s(), Patience(UNANSWERED_PATIENCE_S)
+            patience, brief = self._share_patience(), Patience(UNANSWERED_PATIENCE_S)
             if i == schedule.start_iteration:
                 # a new epoch's first iteration: a replica joining or rejoining takes our state
                 # of this boundary while we wait for its share, so we wait as long as it takes

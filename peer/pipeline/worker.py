@@ -223,6 +223,7 @@ class PipelineWorker:
         reservations = ForwardReservations(planned)     # the one order rule (coordinator/planner/simulate.py)
         lagging = None if self.seat.runner.is_origin else LaggingOrigins(
             self.hooks.read_progress, self.tasks.spawn, self.inbox.poke, self.ledger.typical_iteration_s())
+        origins = set(pv.replicas(schedule, 0))
 
         def allowed(task: pv.TaskKey) -> bool:
             return reservations.allows(task, self.seat.runner.stashed, self.settings.max_activations)
@@ -234,7 +235,6 @@ class PipelineWorker:
                 self._give_up(i, st)
                 break
             if lagging is not None:
-                origins = set(pv.replicas(schedule, 0))
                 lagging.check(i, st, origins - st.done_origins, origins)
                 if lagging.swarm_at is not None:
                     raise FellBehind(lagging.swarm_at)

@@ -83,13 +83,11 @@ def test_replicas_average_to_identical_parameters(share_dtype):
         assert workers[a].seat.runner.stepped_with[1] == 8  # all 8 samples, summed over replicas
 
 
-def test_a_poisoned_gradient_share_is_left_out_and_the_honest_replicas_stay_identical():
-    # issue 24: finite poisoned shares (1e3 x the gradient) drove an honest replica's loss from
-    # 0.003 to 2.7. Three replicas of stage 1; c1 poisons what it shares
+def run_with_a_poisoning_replica(spec: m.RunSpec, timeout: float) -> dict:
+    """Three replicas of stage 1 (a1, b1, c1) behind one origin; c1 shares 1e3 x its gradient."""
     from bench.support.memory_swarm import build_memory_swarm
     stage_of = {"a0": 0, "a1": 1, "b1": 1, "c1": 1}
     paths = {0: ["a0", "a1"], 1: ["a0", "b1"], 2: ["a0", "c1"], 3: ["a0", "a1"]}
-    spec = m.RunSpec(**{**SPEC.__dict__, "num_stages": 2, "microbatches_per_origin": 4})
     batch, _ = batches_for(spec)
 
     async def go():
@@ -100,9 +98,16 @@ def test_a_poisoned_gradient_share_is_left_out_and_the_honest_replicas_stay_iden
             out = await honest_compute(fn, *args)
             return out * 1e3 if getattr(fn, "__name__", "") == "grad_vector" else out
         seat.compute = poisoning
-        await asyncio.wait_for(asyncio.gather(*(w.run() for w in workers.values())), 60.0)
+        await asyncio.wait_for(asyncio.gather(*(w.run() for w in workers.values())), timeout)
         return workers
-    workers = asyncio.run(go())
+    return asyncio.run(go())
+
+
+def test_a_poisoned_gradient_share_is_left_out_and_the_honest_replicas_stay_identical():
+    # issue 24: finite poisoned shares (1e3 x the gradient) drove an honest replica's loss from
+    # 0.003 to 2.7. Three replicas of stage 1; c1 poisons what it shares
+    workers = run_with_a_poisoning_replica(m.RunSpec(**{**SPEC.__dict__, "num_stages": 2,
+                                                        "microbatches_per_origin": 4}), 60.0)
     a1, b1 = workers["a1"], workers["b1"]
     assert a1.exchange.left_out == b1.exchange.left_out == {"c1"}
     assert torch.equal(a1.seat.runner.parameter_vector(), b1.seat.runner.parameter_vector())
@@ -139,23 +144,8 @@ def test_a_stage_taken_mid_run_without_its_state_is_said_loudly_and_counted(capl
 
 def test_a_replica_left_out_twice_in_three_exchanges_is_banned_and_reported():
     # issue 24: leaving out a share did not ban its sender; now 2 of the last 3 exchanges do
-    from bench.support.memory_swarm import build_memory_swarm
-    stage_of = {"a0": 0, "a1": 1, "b1": 1, "c1": 1}
-    paths = {0: ["a0", "a1"], 1: ["a0", "b1"], 2: ["a0", "c1"], 3: ["a0", "a1"]}
-    spec = m.RunSpec(**{**SPEC.__dict__, "num_stages": 2, "microbatches_per_origin": 4, "max_steps": 3})
-    batch, _ = batches_for(spec)
-
-    async def go():
-        _, workers = await build_memory_swarm(spec, make_schedule("t", stage_of, paths), batch, 60.0, None, "float32")
-        seat, honest_compute = workers["c1"].seat, workers["c1"].seat.compute
-
-        async def poisoning(fn, *args):
-            out = await honest_compute(fn, *args)
-            return out * 1e3 if getattr(fn, "__name__", "") == "grad_vector" else out
-        seat.compute = poisoning
-        await asyncio.wait_for(asyncio.gather(*(w.run() for w in workers.values())), 90.0)
-        return workers
-    workers = asyncio.run(go())
+    workers = run_with_a_poisoning_replica(m.RunSpec(**{**SPEC.__dict__, "num_stages": 2, "microbatches_per_origin": 4,
+                                                        "max_steps": 3}), 90.0)
     a1, b1 = workers["a1"], workers["b1"]
     for honest in (a1, b1):
         assert honest.exchange.bans.banned == {"c1"}
