@@ -56,6 +56,10 @@ class PresenceTracker:
             return False   # min_peers gates the first plan only: after a death we must re-plan
         return self.planned is None or now - self.planned_at >= self.policy.min_gap_s
 
+    def gap_passed(self, now: float) -> bool:
+        """A plan exists and another may follow it now (for re-plans not caused by presence)."""
+        return self.planned is not None and now - self.planned_at >= self.policy.min_gap_s
+
     def planned_now(self, now: float) -> None:
         self._refresh(now)
         self.planned, self.planned_at = self.members, now

@@ -47,6 +47,7 @@ REPUBLISH_WHILE_LINGERING_S = 2.0   # a put lost to a DHT in flux (peers leaving
 REPORTS_KEPT = 64   # the coordinator reads progress about once a second: enough for fast tiny swarms
 SPOT_CHECKS_TTL_S = 1800.0   # our spot-check reports stay readable this long after the last one
 SPEC_HINT_AFTER_S = 5.0      # a wrong --run shows as this one log line, not a silent minute
+SPEED_ADVERT_PERIOD_S = 5.0  # measured speed into the advert (and an idle peer's probe) this often
 DHT_SHUTDOWN_S = 1.5         # then hivemind terminates its DHT child: inside the 5 s a stop may take
 
 
@@ -194,6 +195,7 @@ class PeerApp:
         crash in one of those is logged, the others go on); a stop cancels it all."""
         for loop in (
                 self.announcer.run(), self._watch_schedule(), self._probe_links(), self._print_status(),
+                self._advertise_speed(),
                 IsolationMonitor(self.isolation, self.health, self.worker.ledger, self.book, self.records, self.rpc,
                                  self.announcer.advert.peer_id, self.config.announce_period_s,
                                  self.config.dht_poll_s, rebootstrap=self._rebootstrap).run(),
@@ -292,6 +294,21 @@ class PeerApp:
                     logger.debug("publishing links failed: %s", exc)
             await asyncio.sleep(period_s if links else 3.0)
 
+    async def _advertise_speed(self) -> None:
+        """The forward speed measured while training into the advert, when it moved by a fifth
+        (each change is a DHT store); probed while no work comes (peer/pipeline/speed_meter.py)."""
+        seat, spec = self.worker.seat, self.worker.spec
+        while True:
+            await asyncio.sleep(SPEED_ADVERT_PERIOD_S)
+            try:
+                await seat.probe_speed(spec.microbatch_samples, spec.seq_len)
+            except Exception as exc:   # a probe racing a stage change: try again next period
+                logger.debug("speed probe failed: %s", exc)
+            measured = seat.speed.current()
+            advertised = self.announcer.advert.measured_fwd_s_per_layer_sample
+            if (measured > 0) != (advertised > 0) or abs(measured - advertised) > 0.2 * advertised:
+                self.announcer.update(measured_fwd_s_per_layer_sample=measured)
+
     async def _print_status(self) -> None:
         while True:
             await asyncio.sleep(self.config.status_interval_s)
@@ -315,6 +332,7 @@ class PeerApp:
     def _put_progress(self):
         return self.records.put_progress(ProgressRecord(self.announcer.advert.peer_id, tuple(self.reports)),
                                          ttl_s=600.0)
+
 
 
 def run_peer(config: PeerConfig) -> int:
