@@ -34,7 +34,7 @@ from coordinator.members import admission_for
 from coordinator.organiser_key import OrganiserKeyError, load_or_create_organiser_key, run_address
 from coordinator.planner import PlanConfig, PlanningError, plan
 from coordinator.iteration_summaries import IterationSummary, ProgressTracker
-from coordinator.replanner import CollapseGuard, PresenceTracker, ReplanPolicy, switch_iteration
+from coordinator.replanner import CollapseGuard, PresenceTracker, ReplanPolicy, switch_from_progress
 from coordinator.slow_peers import SlowPeers
 from coordinator.status_page import StatusView
 from coordinator.advert_check import AdvertGate
@@ -323,7 +323,8 @@ class CoordinatorApp:
             return self.resumed.iteration if self.resumed else 0
         latest = max(self.progress.latest_reported(), self.summaries[-1].iteration if self.summaries else -1)
         since = time.time() - self.summaries[-1].finished_at if self.summaries else 0.0
-        return switch_iteration(latest, [s.duration_s for s in self.summaries[-5:]], since, self.config.switch_margin_s)
+        return switch_from_progress(latest, [s.duration_s for s in self.summaries[-5:]], since,
+                                    self.config.switch_margin_s, self.progress.freshest(), time.time())
 
     def _adopt(self, schedule: Schedule) -> None:
         self.schedule = schedule

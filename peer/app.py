@@ -47,6 +47,7 @@ REPUBLISH_WHILE_LINGERING_S = 2.0   # a put lost to a DHT in flux (peers leaving
 REPORTS_KEPT = 64   # the coordinator reads progress about once a second: enough for fast tiny swarms
 SPOT_CHECKS_TTL_S = 1800.0   # our spot-check reports stay readable this long after the last one
 SPEC_HINT_AFTER_S = 5.0      # a wrong --run shows as this one log line, not a silent minute
+PROGRESS_HEARTBEAT_S = 2.0   # origins re-store their progress record at least this often
 SPEED_ADVERT_PERIOD_S = 5.0  # measured speed into the advert (and an idle peer's probe) this often
 DHT_SHUTDOWN_S = 1.5         # then hivemind terminates its DHT child: inside the 5 s a stop may take
 
@@ -195,7 +196,7 @@ class PeerApp:
         crash in one of those is logged, the others go on); a stop cancels it all."""
         for loop in (
                 self.announcer.run(), self._watch_schedule(), self._probe_links(), self._print_status(),
-                self._advertise_speed(),
+                self._advertise_speed(), self._progress_heartbeat(),
                 IsolationMonitor(self.isolation, self.health, self.worker.ledger, self.book, self.records, self.rpc,
                                  self.announcer.advert.peer_id, self.config.announce_period_s,
                                  self.config.dht_poll_s, rebootstrap=self._rebootstrap).run(),
@@ -294,6 +295,14 @@ class PeerApp:
                     logger.debug("publishing links failed: %s", exc)
             await asyncio.sleep(period_s if links else 3.0)
 
+    async def _progress_heartbeat(self) -> None:
+        """Our progress record re-stored while no iteration ends: the coordinator then sees the
+        swarm stalled where it is, and starts a re-plan's epoch near it (replanner.py)."""
+        while True:
+            await asyncio.sleep(PROGRESS_HEARTBEAT_S)
+            if self.reports:
+                self.progress_publisher.kick()
+
     async def _advertise_speed(self) -> None:
         """The forward speed measured while training into the advert, when it moved by a fifth
         (each change is a DHT store); probed while no work comes (peer/pipeline/speed_meter.py)."""
@@ -330,7 +339,8 @@ class PeerApp:
         self.progress_publisher.kick()   # in the background: the next iteration does not wait for the DHT
 
     def _put_progress(self):
-        return self.records.put_progress(ProgressRecord(self.announcer.advert.peer_id, tuple(self.reports)),
+        return self.records.put_progress(ProgressRecord(self.announcer.advert.peer_id, tuple(self.reports),
+                                                        written_at=time.time()),
                                          ttl_s=600.0)
 
 
