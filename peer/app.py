@@ -49,6 +49,8 @@ SPOT_CHECKS_TTL_S = 1800.0   # our spot-check reports stay readable this long af
 SPEC_HINT_AFTER_S = 5.0      # a wrong --run shows as this one log line, not a silent minute
 PROGRESS_HEARTBEAT_S = 2.0   # origins re-store their progress record at least this often
 SPEED_ADVERT_PERIOD_S = 5.0  # measured speed into the advert (and an idle peer's probe) this often
+JOIN_ATTEMPTS = 3            # joining through --initial-peers, with JOIN_RETRY_S x attempt between
+JOIN_RETRY_S = 3.0
 DHT_SHUTDOWN_S = 1.5         # then hivemind terminates its DHT child: inside the 5 s a stop may take
 
 
@@ -56,17 +58,26 @@ class Stopped(Exception):
     """A stop signal arrived while starting up: leave without joining."""
 
 
-def start_dht(config: PeerConfig, guard: PeerGuard) -> DHT:
-    try:
-        return safe_for_large_calls(DHT(
-            start=True, initial_peers=list(config.initial_peers), host_maddrs=list(config.host_maddrs),
-            announce_maddrs=list(config.announce_maddrs) or None, shutdown_timeout=DHT_SHUTDOWN_S,
-            **guard.dht_kwargs()))
-    except Exception as exc:
-        if guard.is_duplicate(exc):
-            raise StartupError(guard.duplicate_message()) from None
-        raise StartupError(f"could not join the swarm through {', '.join(config.initial_peers)}: {exc}. "
-                           f"Is the coordinator running, and is that address reachable from here?") from None
+def start_dht(config: PeerConfig, guard: PeerGuard, attempts: int = JOIN_ATTEMPTS) -> DHT:
+    """Join through --initial-peers, a few times: a peer restarted right after it died (same
+    identity) was once refused by a bootstrap peer still holding the dead one's connection."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return safe_for_large_calls(DHT(
+                start=True, initial_peers=list(config.initial_peers), host_maddrs=list(config.host_maddrs),
+                announce_maddrs=list(config.announce_maddrs) or None, shutdown_timeout=DHT_SHUTDOWN_S,
+                **guard.dht_kwargs()))
+        except Exception as exc:
+            if guard.is_duplicate(exc):
+                raise StartupError(guard.duplicate_message()) from None
+            if attempt == attempts:
+                raise StartupError(f"could not join the swarm through {', '.join(config.initial_peers)} "
+                                   f"({attempts} attempts): {exc}. Is the coordinator running, and is that "
+                                   f"address reachable from here?") from None
+            logger.warning("joining through %s failed (attempt %d of %d), trying again in %.0fs: %s",
+                           ", ".join(config.initial_peers), attempt, attempts, JOIN_RETRY_S * attempt,
+                           str(exc).splitlines()[0][:200])
+            time.sleep(JOIN_RETRY_S * attempt)
 
 
 class PeerApp:
