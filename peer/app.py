@@ -20,6 +20,7 @@ from peer.startup_errors import StartupError   # raised here; importers of peer.
 from peer.emulated_node import EmulationError, emulate
 from peer.security.guard import PeerGuard
 from peer.security.limits import coalesced
+from peer.discovery import known_peers
 from peer.discovery.announcer import Announcer
 from peer.discovery.link_prober import measure_link
 from peer.discovery.rebootstrap import peer_ids_of, rebootstrap
@@ -61,10 +62,11 @@ class Stopped(Exception):
 def start_dht(config: PeerConfig, guard: PeerGuard, attempts: int = JOIN_ATTEMPTS) -> DHT:
     """Join through --initial-peers, a few times: a peer restarted right after it died (same
     identity) was once refused by a bootstrap peer still holding the dead one's connection."""
+    initial = list(config.initial_peers)
     for attempt in range(1, attempts + 1):
         try:
             return safe_for_large_calls(DHT(
-                start=True, initial_peers=list(config.initial_peers), host_maddrs=list(config.host_maddrs),
+                start=True, initial_peers=initial, host_maddrs=list(config.host_maddrs),
                 announce_maddrs=list(config.announce_maddrs) or None, shutdown_timeout=DHT_SHUTDOWN_S,
                 **guard.dht_kwargs()))
         except Exception as exc:
@@ -78,6 +80,11 @@ def start_dht(config: PeerConfig, guard: PeerGuard, attempts: int = JOIN_ATTEMPT
                            ", ".join(config.initial_peers), attempt, attempts, JOIN_RETRY_S * attempt,
                            str(exc).splitlines()[0][:200])
             time.sleep(JOIN_RETRY_S * attempt)
+            remembered = [a for a in known_peers.load(config.cache_dir, config.run) if a not in initial]
+            if remembered:
+                logger.info("also trying %d peer(s) this peer trained with before (%s)", len(remembered),
+                            known_peers.path_for(config.cache_dir, config.run))
+                initial = initial + remembered
 
 
 class PeerApp:
@@ -293,6 +300,8 @@ class PeerApp:
             except Exception as exc:
                 logger.debug("listing peers failed: %s", exc)
                 adverts = {}
+            known_peers.save(self.config.cache_dir, self.config.run,
+                             [a for adv in adverts.values() if adv.state == PeerState.ONLINE for a in adv.maddrs], me)
             links = []
             for peer in sorted(adverts):
                 if peer != me and adverts[peer].state == PeerState.ONLINE:

@@ -2,6 +2,7 @@
 import pytest
 
 import peer.app as app
+from peer.discovery import known_peers
 from peer.startup_errors import StartupError
 
 
@@ -23,6 +24,10 @@ class Config:
     initial_peers = ("/ip4/127.0.0.1/tcp/1/p2p/QmX",)
     host_maddrs = ("/ip4/127.0.0.1/tcp/0",)
     announce_maddrs = ()
+    run = "r"
+
+    def __init__(self, cache_dir="/nonexistent"):
+        self.cache_dir = cache_dir
 
 
 @pytest.fixture
@@ -45,6 +50,16 @@ def test_a_failed_join_is_tried_again_after_a_pause(joins):
     failures.append(2)
     assert app.start_dht(Config(), Guard()) == "dht"
     assert len(calls) == 3 and sleeps == [app.JOIN_RETRY_S, 2 * app.JOIN_RETRY_S]
+
+
+def test_retries_also_try_the_peers_remembered_from_earlier_runs(joins, tmp_path):
+    calls, sleeps, failures = joins
+    failures.append(1)
+    known_peers.save(tmp_path, "r", ["/ip4/10.0.0.2/tcp/5/p2p/QmA", "/ip4/127.0.0.1/tcp/6/p2p/QmB"], me="QmMe")
+    app.start_dht(Config(tmp_path), Guard())
+    assert calls[0]["initial_peers"] == list(Config.initial_peers)     # first as configured
+    assert calls[1]["initial_peers"] == [*Config.initial_peers, "/ip4/10.0.0.2/tcp/5/p2p/QmA",
+                                         "/ip4/127.0.0.1/tcp/6/p2p/QmB"]
 
 
 def test_a_join_that_keeps_failing_ends_in_one_clear_error(joins):
