@@ -2,7 +2,8 @@
 skip ratio 1/3) through a scripted storm, one fault after another once the swarm is steady:
 
   pause      a stage-2 peer stopped with SIGSTOP for --pause-s, then resumed (SIGCONT)
-  rejoin     a stage-1 peer killed with SIGKILL, restarted 5 s later (same identity and stage)
+  rejoin     a stage-1 peer killed with SIGKILL, restarted 5 s later (same identity and stage);
+             like the next two, the phase's iterations count once the coordinator planned it back
   empty      both stage-2 peers killed at once, restarted 5 s later (the stage is empty meanwhile;
              skips carry the microbatches around it; they must come back with trained weights)
   restart    the coordinator stopped and a new one started (same organiser key, joining through
@@ -24,6 +25,7 @@ import argparse
 import asyncio
 import collections
 import os
+import re
 import signal
 import statistics
 import sys
@@ -45,6 +47,7 @@ STAGES = [0, 1, 2, 0, 1, 2]          # peer i hosts stage i mod 3: origins 0 and
 WITHIN = 1.2                         # "back to normal": within 20% of the pre-fault time
 FRESH_MARK = "starts from FRESH weights"          # peer/pipeline/seat.py's error lines
 CHECKPOINT_MARK = "from its checkpoint of iteration"
+JOINED = re.compile(r"joined run .* as (\w+)")
 
 
 def parse_args() -> argparse.Namespace:
@@ -70,6 +73,7 @@ class Storm:
         self.tmp = tmp
         self.rows: dict[int, object] = {}          # iteration -> IterationSummary, across coordinators
         self.procs: dict[int, object] = {}
+        self.logs: dict[int, Path] = {}
         self.app: CoordinatorApp | None = None
         self.task: asyncio.Task | None = None
         self.key = str(tmp / "organiser.pem")
@@ -100,6 +104,20 @@ class Storm:
         while log.exists():           # a restarted peer keeps the log of the one it replaces
             log, n = self.tmp / f"peer{slot}.{n}.log", n + 1
         self.procs[slot] = start_peer(args, log)
+        self.logs[slot] = log
+
+    async def back_in_plan(self, slots: list[int], timeout: float) -> None:
+        """Until each restarted peer has joined and the coordinator's schedule includes it: the
+        phase then measures the swarm with it back (a peer still starting up proves nothing)."""
+        def ids():
+            found = [JOINED.search(self.logs[s].read_text(errors="replace")) for s in slots]
+            return [m.group(1) for m in found] if all(found) else None
+
+        def planned():
+            joined = ids()
+            return joined is not None and self.app.schedule is not None and \
+                all(p in self.app.schedule.stage_of() for p in joined)
+        await wait_for(planned, timeout, f"restarted peer(s) {slots} in the plan")
 
     def signal(self, slot: int, sig: int) -> None:
         os.killpg(self.procs[slot].pid, sig)            # its own session: the group is its pid
@@ -128,12 +146,14 @@ async def inject(storm: Storm, fault: str, args) -> None:
         storm.kill(1)
         await asyncio.sleep(5)
         storm.start_peer(1)
+        await storm.back_in_plan([1], args.phase_timeout)
     elif fault == "empty":
         storm.kill(2)
         storm.kill(5)
         await asyncio.sleep(5)
         storm.start_peer(2)
         storm.start_peer(5)
+        await storm.back_in_plan([2, 5], args.phase_timeout)
     elif fault == "restart":
         maddrs = [a for adv in (await storm.app.records.get_adverts()).values() for a in adv.maddrs
                   if "127.0.0.1" in a]
@@ -143,6 +163,7 @@ async def inject(storm: Storm, fault: str, args) -> None:
     elif fault == "liar":
         storm.kill(4)
         storm.start_peer(4, "--fault", "stall@0:8")
+        await storm.back_in_plan([4], args.phase_timeout)
 
 
 def measure(storm: Storm, fault: str, fault_at: float, first: int, marks_before: tuple[int, int],
