@@ -23,6 +23,7 @@ comes (the iteration's last backwards, sometimes).
 import collections
 import dataclasses
 import logging
+import statistics
 from typing import Callable
 
 import torch
@@ -39,6 +40,10 @@ from peer.pipeline.check_halves import Half, Key, Pending, key_of
 logger = logging.getLogger(__name__)
 MAX_INPUTS = 8             # P': inputs kept for a gradient that may follow (each one activation)
 MAX_KEYS = 64              # W's and Z's notes of which hops are checked
+BOUND_FACTOR = 20.0        # a returned gradient more than this x the typical one is left out
+BOUND_WINDOW = 16          # the typical one: the median norm of the last this many we received (few:
+#                            honest norms fall 10x in the first iterations)
+BOUND_MIN_SEEN = 1
 
 
 def gradient_problem(route: Route, hop: int, remote: str, suspect: str, me: str,
@@ -68,6 +73,38 @@ def gradient_reference_problem(route: Route, hop: int, remote: str, suspect: str
     if remote == suspect or remote not in replicas(stage):
         return f"{remote[:12]} is not another replica of stage {stage}"
     return None
+
+
+class GradientBound:
+    """Returned gradients of outlying size are left out, as outlying gradient shares are
+    (robust_shares.py): a backward gradient whose norm is more than BOUND_FACTOR x the median of
+    the last BOUND_WINDOW we received or sent (all senders; the gradients we send upstream
+    ourselves, the origin's head gradients first, show the scale from the first microbatch on) is
+    taken as zero and logged. This bounds a poisoner before any check samples it (a large gradient would
+    also inflate Adam's second moments for hundreds of steps); a gradient of ordinary size but
+    wrong (a sign flip) is left to the checks. Every norm joins the window, so a real change of
+    scale is followed once it holds for half the window."""
+
+    def __init__(self, factor: float = BOUND_FACTOR, window: int = BOUND_WINDOW, min_seen: int = BOUND_MIN_SEEN):
+        self.factor, self.min_seen = factor, min_seen
+        self.norms: collections.deque[float] = collections.deque(maxlen=window)
+        self.left_out: collections.Counter[str] = collections.Counter()
+
+    def note(self, grad: torch.Tensor) -> None:
+        """A gradient we send upstream (ours: trusted)."""
+        self.norms.append(float(torch.linalg.vector_norm(grad.float())))
+
+    def admit(self, sender: str, grad: torch.Tensor) -> bool:
+        norm = float(torch.linalg.vector_norm(grad.float()))
+        typical = statistics.median(self.norms) if len(self.norms) >= self.min_seen else None
+        self.norms.append(norm)
+        if typical is None or norm <= self.factor * max(typical, 1e-30):
+            return True
+        self.left_out[sender] += 1
+        if self.left_out[sender] == 1 or self.left_out[sender] % 100 == 0:
+            logger.warning("a backward gradient from %s of norm %.3g (typical %.3g) is left out (%d so far)",
+                           sender[:12], norm, typical, self.left_out[sender])
+        return False
 
 
 class BackwardChecks:

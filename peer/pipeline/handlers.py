@@ -111,8 +111,10 @@ class WorkHandlers:
                 raise Rejected(ErrorCode.UNKNOWN_MICROBATCH, why)
         self._origin_moved_on(route.origin, header.iteration)
         tensor = self._decode_activation(remote, payload, phase)
+        # a gradient of outlying size, or from a peer whose backward failed our check, is left out
+        taken = w.spot.taken_backward(remote, tensor) if phase == Phase.BACKWARD else tensor
         try:
-            await w.inbox.put(header.iteration, task, Work(tensor, route, header.attempt, remote))
+            await w.inbox.put(header.iteration, task, Work(taken, route, header.attempt, remote))
         except InboxFull as exc:
             raise Rejected(ErrorCode.OVERLOADED, str(exc)) from None
         if phase == Phase.FORWARD:

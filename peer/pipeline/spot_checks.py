@@ -38,7 +38,7 @@ from protocol.spot_checks import SpotCheckRecord, SpotCheckReference, SpotCheckR
 
 from peer.compute import tensor_codec
 from peer.pipeline import plan_view as pv
-from peer.pipeline.backward_checks import BackwardChecks
+from peer.pipeline.backward_checks import BackwardChecks, GradientBound
 from peer.pipeline.check_halves import MAX_PENDING, PENDING_TTL_S, Half, Key, Pending, key_of  # noqa: F401
 from peer.routing.health import Health
 from peer.transport.rpc import RemoteError
@@ -108,6 +108,8 @@ class SpotChecks:
         self._reference_at = -math.inf
         self._publishing = self._dirty = False
         self.backward = BackwardChecks(self)      # the same hops' backwards (backward_checks.py)
+        self.distrusted: set[str] = set()         # peers whose backward failed our check: left out
+        self.bound = GradientBound()              # returned gradients of outlying size: left out
 
     # ---- the worker's hooks ----
 
@@ -275,6 +277,7 @@ class SpotChecks:
             logger.debug("spot check of microbatch %d: comparison failed: %s", header.microbatch_id, exc)
             return
         self.stats["passed" if r.passed else "failed"] += 1
+        self._distrust(r, kind)
         if r.passed:
             logger.debug("%s spot check passed: %s, stage %d, microbatch %d (relative error %.2g)",
                          kind, r.suspect[:12], r.stage, r.microbatch_id, r.relative_error)
@@ -284,6 +287,20 @@ class SpotChecks:
                            "(relative to replica %s; tolerance %g)", r.suspect, r.stage, what, r.iteration,
                            r.microbatch_id, r.relative_error, reference.peer[:12], rtol)
         self.add_report(r)
+
+    def _distrust(self, r: SpotCheckReport, kind: str) -> None:
+        if kind == "backward" and not r.passed and r.suspect not in self.distrusted:
+            self.distrusted.add(r.suspect)
+            logger.warning("the gradients %s returns are left out from now on (a failed backward check); "
+                           "its microbatches still count", r.suspect)
+
+    def taken_backward(self, sender: str, grad: torch.Tensor) -> torch.Tensor:
+        """The backward gradient `sender` returned, as we use it: zero when its backwards failed
+        our check or it is of outlying size (so a poisoner harms only until it is caught)."""
+        if sender in self.distrusted or not self.bound.admit(sender, grad):
+            self.stats["backward_left_out"] += 1
+            return torch.zeros_like(grad)
+        return grad
 
     def add_report(self, r: SpotCheckReport) -> None:
         """Publish `r` with our other reports (also a left-out gradient share's, from averaging)."""

@@ -127,3 +127,31 @@ def test_second_replica_recomputes_the_backward_and_sends_it_to_the_previous_hop
     assert torch.allclose(tensor_codec.decode(message.tensor), expected, atol=1e-6)
     assert spot.serving == 0 and spot.stats["served_backward"] == 1
     assert runner.recompute(x, 0, g) is not None and runner.stashed == 0
+
+
+def test_returned_gradients_of_outlying_size_are_left_out_from_the_first_one():
+    bound = bc.GradientBound()
+    g = torch.randn(2, 8, 64)
+    bound.note(g)                                              # the head gradient we sent
+    assert not bound.admit("c", -100 * g)                      # the first returned gradient already
+    assert bound.admit("a", 1.1 * g) and bound.admit("b", -g)  # a sign flip is the checks' job
+    assert bound.left_out == {"c": 1}
+    for _ in range(bc.BOUND_WINDOW):                           # a real change of scale is followed
+        bound.admit("a", 30 * g)
+    assert bound.admit("b", 30 * g) and not bound.admit("c", 3000 * g)
+
+
+def test_a_peer_whose_backward_failed_our_check_has_its_gradients_left_out():
+    async def scenario():
+        w, spot, _, _ = comparer()
+        g = torch.randn(2, 8, 64)
+        assert spot.taken_backward("p", g) is g
+        spot.backward.watch(header(hop=1), "p", "q", 1)
+        spot.backward.saw_backward(header(hop=0), "p", -g, "float32")
+        spot.backward.add_reference(header(hop=0), "p", "q", g, "float32")
+        await w.settle()
+        return spot, g
+    spot, g = asyncio.run(scenario())
+    assert spot.distrusted == {"p"}
+    assert torch.equal(spot.taken_backward("p", g), torch.zeros_like(g)) and spot.taken_backward("q", g) is g
+    assert spot.stats["backward_left_out"] == 1
