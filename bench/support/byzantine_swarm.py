@@ -16,7 +16,7 @@ from bench.support.harness import LOOPBACK, coordinator, planned_with, stop_proc
 from launcher.processes import start_peer
 
 STAGES = [0, 1, 0, 1]          # two pipelines; stage 1 replicated, so its hops can be checked
-WARMUP = 3                     # iterations left out (connections, first plans, allocator)
+WARMUP = 5                     # iterations left out (connections, first plans, allocator)
 
 
 def _cpu_s(procs) -> float:
@@ -36,6 +36,7 @@ async def _measure(rate: float, iterations: int, folder: Path) -> dict:
     async with coordinator(num_stages=2, skip_ratio=0.0, min_peers=len(STAGES), seq_len=64, microbatch_samples=4,
                            microbatches_per_origin=4, max_steps=WARMUP + iterations + 50) as app:
         app.adjust_topology = planned_with(set())
+        folder.mkdir(parents=True, exist_ok=True)
         procs = []
         try:
             for i, stage in enumerate(STAGES):
