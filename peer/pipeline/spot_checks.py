@@ -53,6 +53,8 @@ PARAMS_WAIT_S = 10.0       # how long a second replica waits to reach the checke
 LISTEN_S = 600.0           # without our own rate, keep outputs only while references arrive
 PUBLISH_TIMEOUT_S = 15.0
 PUBLISH_RETRIES = 3
+PASSES_EVERY_S = 10.0      # passes alone are published at most this often (a failure at once): each
+#                            DHT write is signed, sent and validated at every replica of the key
 REPORTS_KEPT = 64          # SpotCheckRecord's bound
 
 def tolerance(*dtypes: str) -> float:
@@ -107,6 +109,8 @@ class SpotChecks:
         self._served: set[Key] = set()
         self._reference_at = -math.inf
         self._publishing = self._dirty = False
+        self.passes_every_s, self._published_at = PASSES_EVERY_S, -math.inf
+        self._failure = asyncio.Event()           # a failed report waits for no interval
         self.backward = BackwardChecks(self)      # the same hops' backwards (backward_checks.py)
         self.distrusted: set[str] = set()         # peers whose backward failed our check: left out
         self.bound = GradientBound()              # returned gradients of outlying size: left out
@@ -306,6 +310,8 @@ class SpotChecks:
         """Publish `r` with our other reports (also a left-out gradient share's, from averaging)."""
         self.reports.append(r)
         self._dirty = True
+        if not r.passed:
+            self._failure.set()
         if self.publish is not None and not self._publishing:
             self._publishing = True
             self.spawn(self._publish_reports())
@@ -315,7 +321,15 @@ class SpotChecks:
         failures = 0
         try:
             while self._dirty:
+                wait = self._published_at + self.passes_every_s - self.clock()
+                if wait > 0 and not self._failure.is_set():
+                    try:
+                        await asyncio.wait_for(self._failure.wait(), wait)
+                    except TimeoutError:
+                        pass
                 self._dirty = False
+                self._failure.clear()
+                self._published_at = self.clock()
                 record = SpotCheckRecord(self.me, tuple(self.reports))
                 try:
                     await asyncio.wait_for(self.publish(record), PUBLISH_TIMEOUT_S)

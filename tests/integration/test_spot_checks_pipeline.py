@@ -29,6 +29,7 @@ def run(rate: float, cheat: str = "", wire: str = "auto"):
         records = {}
         for peer, w in workers.items():
             w.spot.sampler = SpotSampler(rate)
+            w.spot.passes_every_s = 0.0             # every report published as it comes
 
             async def publish(record, peer=peer):
                 records[peer] = record
