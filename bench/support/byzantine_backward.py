@@ -12,6 +12,7 @@ import math
 from coordinator.swarm_view import BanList
 from peer.chaos import corrupting, parse_faults
 from peer.evaluate import perplexity
+from peer.pipeline.backward_checks import GradientBound
 from peer.security.spot_check_rules import SpotSampler
 
 from bench.support.memory_swarm import build_memory_swarm, make_schedule
@@ -31,9 +32,10 @@ def replan_without(stage_of: dict[str, int], origins: list[str], microbatches: i
 
 
 def train_with_backward_cheater(spec, data, held_out, stage_of: dict[str, int], paths: dict[int, list[str]],
-                                checks: bool = True) -> dict:
+                                checks: bool = True, bound: bool = True) -> dict:
     """Train with CHEATER scaling its returned gradients; `checks`: spot checks at RATE (else
-    none: the attack unopposed). Returns the honest replicas' held-out loss and the ban."""
+    none); `bound`: the receivers' size bound on returned gradients (both off: the attack
+    unopposed). Returns the honest replicas' held-out loss and the ban."""
     first = make_schedule("byz", stage_of, paths)
     routes = {(first.epoch, r.microbatch_id): r for r in first.routes}
     bans = BanList(routes=lambda epoch, mb: routes.get((epoch, mb)))
@@ -46,6 +48,8 @@ def train_with_backward_cheater(spec, data, held_out, stage_of: dict[str, int], 
         seat.make_runner = corrupting(seat.make_runner, parse_faults(f"badgrad@{START}:{FACTOR}"))
         for peer, w in workers.items():
             w.spot.sampler = SpotSampler(RATE if checks else 0.0)
+            if not bound:
+                w.spot.bound = GradientBound(factor=math.inf)
 
             async def publish(record, peer=peer):
                 found.setdefault("failed", set()).update((r.checker, r.iteration, r.microbatch_id) for r in record.reports
