@@ -9,6 +9,11 @@ Attacks, each against the product code:
 - poisoned finite gradient shares (x1e3 from one of three replicas): the real worker, handlers
   and averaging over the in-memory transport (bench/support/memory_swarm.py), trained on the
   embedded corpus; held-out loss of the honest replicas' model against an honest run;
+- backward gradients x-100 from one of three replicas (its forwards and its own gradients honest):
+  the same swarm with backward spot checks at rate 0.5, the coordinator's BanList reading the
+  reports and re-planning without the banned peer (bench/support/byzantine_backward.py); held-out
+  loss against the honest run, and for contrast the same attack with checks off (the receivers'
+  size bound on returned gradients alone) and with neither;
 - a poisoned state for a late joiner (a noised copy among three, a negative Adam second moment
   from the only replica): the real StateFetcher against the trained stage's state;
 - oversized and slow streams: a real RPC server over hivemind P2P.
@@ -23,8 +28,15 @@ peer's CPU second). The in-memory swarm has no network, so its iterations are sh
 real swarm's and the ratio is an upper bound. overhead_pct = the worst run's share checks + the
 control plane's.
 
+`--swarm-overhead` measures the checks on the multi-process local swarm instead: a coordinator
+and 4 peer processes on 127.0.0.1 (2 stages, stage 1 replicated) with spot checks (forward and
+backward) at --swarm-rate and without, alternated (bench/support/byzantine_swarm.py): seconds and
+peer CPU seconds per iteration, best of --repeats runs a side.
+
   python bench/byzantine.py [--steps 40] [--overhead] [--repeats 3]
+  python bench/byzantine.py --swarm-overhead [--swarm-rate 0.1] [--repeats 1]
 Last line: RESULT attacks=.. defended=.. loss_honest=.. loss_worst=.. [overhead_pct=.. side_by_side_pct=..]
+       or: RESULT swarm_rate=.. swarm_wall_pct=.. swarm_cpu_pct=.. s_per_iteration_off=.. s_per_iteration_on=..
 """
 import argparse
 import asyncio
@@ -60,7 +72,10 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--overhead", action="store_true", help="also measure the checks' cost (step 4)")
-    p.add_argument("--repeats", type=int, default=3, help="runs per side for --overhead")
+    p.add_argument("--repeats", type=int, default=3, help="runs per side for --overhead and --swarm-overhead")
+    p.add_argument("--swarm-overhead", action="store_true", help="only the checks' cost on the multi-process swarm")
+    p.add_argument("--swarm-rate", type=float, default=0.1, help="spot-check rate for --swarm-overhead")
+    p.add_argument("--swarm-iterations", type=int, default=15)
     return p.parse_args()
 
 
@@ -174,6 +189,21 @@ def poisoned_shares(spec, data, held_out, honest: dict) -> tuple[Outcome, float]
                    f"({100 * (run['loss'] / honest['loss'] - 1):+.2f}%), c1 banned by {banned}"), run["loss"]
 
 
+def poisoned_backward(spec, data, held_out, honest: dict) -> tuple[Outcome, float]:
+    from bench.support.byzantine_backward import CHEATER, FACTOR, RATE, train_with_backward_cheater
+    run = train_with_backward_cheater(spec, data, held_out, STAGE_OF, PATHS)
+    bound_only = train_with_backward_cheater(spec, data, held_out, STAGE_OF, PATHS, checks=False)
+    unopposed = train_with_backward_cheater(spec, data, held_out, STAGE_OF, PATHS, checks=False, bound=False)
+    ok = (run["loss"] <= honest["loss"] * 1.05 and run["banned"] == [CHEATER] and not run["honest_reported"])
+    return Outcome(f"backward gradients x{FACTOR:g} (one of three replicas)", ok,
+                   f"held-out loss {run['loss']:.4f} vs honest {honest['loss']:.4f} "
+                   f"({100 * (run['loss'] / honest['loss'] - 1):+.2f}%); {CHEATER} banned {run['banned']} "
+                   f"(checks at rate {RATE}: {run['backward_failed']} failed backward checks, planned out from "
+                   f"iteration {run['ban_iteration']}), honest peers reported: {run['honest_reported'] or 'none'}; "
+                   f"without checks (the size bound alone): loss {bound_only['loss']:.4f}; with neither: "
+                   f"{unopposed['loss']:.4f}"), run["loss"]
+
+
 def overhead(spec, data, held_out, repeats: int) -> dict:
     """Checks on / off, alternated on the same run (side by side), the time inside the checks
     (timed where they run), and the control plane's signature checks per second."""
@@ -198,11 +228,29 @@ def overhead(spec, data, held_out, repeats: int) -> dict:
     return {"overhead_pct": max(inside_pct) + crypto_pct, "side_by_side_pct": side_pct}
 
 
+def swarm_main(args) -> int:
+    from bench.support.byzantine_swarm import swarm_overhead
+    cost = swarm_overhead(args.swarm_rate, args.swarm_iterations, args.repeats)
+    for side in ("off", "on"):
+        for run in cost[side]:
+            print(f"checks {side:>3} (rate {args.swarm_rate if side == 'on' else 0}): {run['s_per_iteration']:.3f}s per "
+                  f"iteration (median {run['median_duration_s']:.3f}s), peer CPU {run['cpu_s_per_iteration']:.3f}s "
+                  f"per iteration, spot checks passed {run['passed']} failed {run['failed']} over "
+                  f"{run['iterations']} iterations; took {run['took_s']:.0f}s", flush=True)
+    best = {side: min(r["s_per_iteration"] for r in cost[side]) for side in ("off", "on")}
+    print(f"load now {os.getloadavg()[0]:.2f}")
+    print(f"RESULT swarm_rate={args.swarm_rate} swarm_wall_pct={cost['wall_pct']:.2f} swarm_cpu_pct={cost['cpu_pct']:.2f} "
+          f"s_per_iteration_off={best['off']:.4f} s_per_iteration_on={best['on']:.4f}")
+    return 0
+
+
 def main() -> int:
     args = parse_args()
     torch.set_num_threads(1)
     load = os.getloadavg()
     print(f"machine load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} CPUs", flush=True)
+    if args.swarm_overhead:
+        return swarm_main(args)
     spec = spec_for(args.steps)
     train_set, held = TextDataset(load_corpus()).split()
     held_out = list(held.eval_batches(samples=8, seq_len=spec.seq_len, max_batches=8))
@@ -214,7 +262,9 @@ def main() -> int:
     outcomes = attacks.control_plane_and_admission(spec)
     outcomes += [attacks.lying_advert(spec), attacks.forged_reports()]
     shares, loss_poisoned = poisoned_shares(spec, data, held_out, honest)
-    outcomes += [shares, poisoned_state(spec, honest["workers"]["a1"].seat.runner), attacks.slow_streams()]
+    backward, loss_backward = poisoned_backward(spec, data, held_out, honest)
+    outcomes += [shares, backward, poisoned_state(spec, honest["workers"]["a1"].seat.runner),
+                 attacks.slow_streams()]
     for o in outcomes:
         print(f"{'DEFENDED' if o.defended else 'NOT DEFENDED':>12}  {o.attack}: {o.detail}", flush=True)
     extra = ""
@@ -223,7 +273,7 @@ def main() -> int:
         extra = f" overhead_pct={cost['overhead_pct']:.3f} side_by_side_pct={cost['side_by_side_pct']:.2f}"
     print(f"took {time.monotonic() - t0:.0f}s; load now {os.getloadavg()[0]:.2f}")
     print(f"RESULT attacks={len(outcomes)} defended={sum(o.defended for o in outcomes)} "
-          f"loss_honest={honest['loss']:.4f} loss_worst={max(honest['loss'], loss_poisoned):.4f}{extra}")
+          f"loss_honest={honest['loss']:.4f} loss_worst={max(honest['loss'], loss_poisoned, loss_backward):.4f}{extra}")
     return 0 if all(o.defended for o in outcomes) else 1
 
 

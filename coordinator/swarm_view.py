@@ -11,7 +11,7 @@ from protocol.adverts import LinkReport, PeerAdvert, PeerState
 from protocol.messages import RunSpec
 from protocol.schedule import Route
 from protocol.topology import TOPOLOGY_FORMAT, Links, Node, Topology, Workload
-from swarmcore.schedule_history import spot_check_receivers
+from swarmcore.schedule_history import backward_check_receivers, spot_check_receivers
 
 DEFAULT_LATENCY_MS = 1.0        # for pairs nobody has measured yet
 DEFAULT_BANDWIDTH_GIB_S = 1.0
@@ -31,7 +31,8 @@ class BanList:
 
     With `routes` ((epoch, microbatch_id) -> the Route a published schedule gave it, or None), a
     report counts only from the peer that received the checked hop's output on that route: a
-    member cannot file failures about peers it never received anything from (issue 24). A
+    member cannot file failures about peers it never received anything from (issue 24); a
+    "backward" report (the suspect's input gradient) only from the receiver of that backward. A
     "share" report (a replica's gradient share left out repeatedly, peer/pipeline/robust_shares)
     counts only when `replicas` ((epoch, stage) -> the peers a published schedule put on that
     stage) has both the reporter and the suspect on the reported stage: only a replica receives
@@ -63,7 +64,8 @@ class BanList:
             seen.add((reporter, r.epoch, r.iteration, r.microbatch_id, r.kind))
             reporters = {x[0] for x in seen}
             if len(seen) >= self.failures_to_ban and len(reporters) >= self.reporters_to_ban:
-                what = "spot checks or share checks" if r.kind == "share" else "spot checks"
+                what = {"share": "spot checks or share checks", "backward": "spot checks (backward)"}.get(
+                    r.kind, "spot checks")
                 self.banned[r.suspect] = (f"failed {len(seen)} {what} (from {len(reporters)} peers; "
                                           f"last relative error {r.relative_error:.3g})")
                 newly.append(r.suspect)
@@ -81,7 +83,8 @@ class BanList:
         if self.routes is None:
             return True
         route = self.routes(r.epoch, r.microbatch_id)
-        if route is not None and reporter in spot_check_receivers(route, r.suspect, r.stage):
+        receivers = backward_check_receivers if r.kind == "backward" else spot_check_receivers
+        if route is not None and reporter in receivers(route, r.suspect, r.stage):
             return True
         self.ignored_reports += 1
         return False

@@ -9,6 +9,9 @@ SPEC is one or more comma-separated faults:
   corrupt@N[:S]   from iteration N on, this peer's forward outputs carry noise of S times their
                   RMS (default 0.2): a peer returning wrong activations, for spot checks to
                   catch. It still answers spot-check requests honestly (see docs/security.md, "Wrong results").
+  badgrad@N[:S]   from iteration N on, the input gradients this peer's backwards return are
+                  multiplied by S (default -100): wrong backward gradients, for backward spot
+                  checks to catch (its own parameter gradients and spot-check answers stay honest).
 A kill is a real `kill -9` of our own process: no goodbye, no OFFLINE advert.
 """
 import math
@@ -27,10 +30,11 @@ class FaultSpecError(ValueError):
 
 @dataclass(frozen=True)
 class Fault:
-    action: str                       # kill | stall | corrupt
+    action: str                       # kill | stall | corrupt | badgrad
     iteration: int
     when: str = "forward"             # kill only
-    factor: float = 10.0              # stall: slowdown; corrupt: noise relative to the output's RMS
+    factor: float = 10.0              # stall: slowdown; corrupt: noise relative to the output's RMS;
+    #                                   badgrad: the factor on the returned gradient
 
 
 def parse_faults(spec: str) -> list[Fault]:
@@ -38,9 +42,9 @@ def parse_faults(spec: str) -> list[Fault]:
     for part in filter(None, (p.strip() for p in spec.split(","))):
         action, _, rest = part.partition("@")
         at, _, arg = rest.partition(":")
-        if action not in ("kill", "stall", "corrupt") or not (at.isascii() and at.isdigit()):
+        if action not in ("kill", "stall", "corrupt", "badgrad") or not (at.isascii() and at.isdigit()):
             raise FaultSpecError(f"bad fault {part!r}: expected kill@N[:forward|backward|between], "
-                                 f"stall@N[:FACTOR] or corrupt@N[:SCALE]")
+                                 f"stall@N[:FACTOR], corrupt@N[:SCALE] or badgrad@N[:SCALE]")
         if action == "kill":
             when = arg or "forward"
             if when not in WHEN_KINDS:
@@ -51,6 +55,11 @@ def parse_faults(spec: str) -> list[Fault]:
             if factor < 1:
                 raise FaultSpecError(f"bad fault {part!r}: the stall factor must be >= 1")
             faults.append(Fault("stall", int(at), factor=factor))
+        elif action == "badgrad":
+            scale = _number(part, arg, -100.0, "the gradient factor")
+            if scale == 1:
+                raise FaultSpecError(f"bad fault {part!r}: a gradient factor of 1 changes nothing")
+            faults.append(Fault("badgrad", int(at), factor=scale))
         else:
             scale = _number(part, arg, 0.2, "the corruption scale")
             if scale <= 0:
@@ -83,24 +92,32 @@ def make_hook(faults: list[Fault], set_slowdown: Callable[[float], None],
 
 def corrupting(make_runner: Callable, faults: list[Fault]) -> Callable:
     """Wrap a stage-runner factory so that, from the corrupt fault's iteration on, forwards
-    return noisy outputs. The stash keeps the true graph and spot-check recomputations
-    (runner.recompute) stay honest: only what this peer hands the next hop is wrong."""
+    return noisy outputs, and from the badgrad fault's, backwards return scaled input gradients.
+    The stash keeps the true graph and spot-check recomputations (runner.recompute) stay honest:
+    only what this peer hands the next (or previous) hop is wrong."""
     corrupt = [f for f in faults if f.action == "corrupt"]
-    if not corrupt:
+    badgrad = [f for f in faults if f.action == "badgrad"]
+    if not corrupt and not badgrad:
         return make_runner
     import torch  # not at import time: the CLI parses --fault before torch is loaded
-    start, scale = corrupt[0].iteration, corrupt[0].factor
 
     def noisy(key, out):
+        start, scale = corrupt[0].iteration, corrupt[0].factor
         if key[0] < start:
             return out
         x = out.float()
         return (x + scale * x.pow(2).mean().sqrt() * torch.randn_like(x)).to(out.dtype)
 
+    def scaled(key, grad):
+        return grad * badgrad[0].factor if key[0] >= badgrad[0].iteration else grad
+
     def make(stage: int):
         runner = make_runner(stage)
-        for name in ("forward", "forward_origin"):
+        for name in ("forward", "forward_origin") if corrupt else ():
             honest = getattr(runner, name)
             setattr(runner, name, lambda key, x, honest=honest: noisy(key, honest(key, x)))
+        if badgrad:
+            honest_backward = runner.backward
+            runner.backward = lambda key, g, *rest: scaled(key, honest_backward(key, g, *rest))
         return runner
     return make

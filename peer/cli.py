@@ -158,15 +158,17 @@ def _security_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-requests-per-s", type=positive_rate, default=100.0, metavar="R",
                    help="requests per second accepted from one peer before answering OVERLOADED (default: 100)")
     g.add_argument("--spot-check-rate", type=rate_0_1, default=0.0, metavar="F",
-                   help="share of the forwards we send that another replica recomputes, to catch peers returning "
-                        "wrong activations (0..1; default: 0, off; see docs/security.md, \"Wrong results\")")
+                   help="share of the forwards we send that another replica recomputes, with their backwards, to catch "
+                        "peers returning wrong activations or gradients (0..1; default: 0, off; see docs/security.md, "
+                        "\"Wrong results\")")
 
 
 def _testing_flags(p: argparse.ArgumentParser) -> None:
     """Fault injection, metrics and emulation (testing and operations)."""
     g = p.add_argument_group("metrics and testing")
     g.add_argument("--fault", type=fault_spec, default="", metavar="SPEC",
-                   help="testing only: inject faults, e.g. kill@3:backward, stall@5:10 or corrupt@2 (see peer/chaos.py)")
+                   help="testing only: inject faults, e.g. kill@3:backward, stall@5:10, corrupt@2 or badgrad@2 "
+                        "(see peer/chaos.py)")
     g.add_argument("--metrics-port", type=port_or_off, default=None, metavar="PORT|off",
                    help="serve Prometheus /metrics and /api/status on this port (0: any free port; default: off)")
     g.add_argument("--metrics-host", default="127.0.0.1",

@@ -15,7 +15,8 @@ from protocol.errors import DecodeError, MessageTooLarge, ProtocolError, Unknown
 from protocol.plain import from_plain, to_plain
 from protocol.schedule import Schedule
 from protocol.signing import SignedRecord
-from protocol.spot_checks import SpotCheckRecord, SpotCheckReference, SpotCheckReport, SpotCheckRequest
+from protocol.spot_checks import (SpotCheckGradient, SpotCheckGradientReference, SpotCheckRecord, SpotCheckReference,
+                                  SpotCheckReport, SpotCheckRequest)
 from protocol.tensors import TensorChunk
 from protocol.version import PROTOCOL_VERSION, check_compatible
 
@@ -52,6 +53,8 @@ TYPE_CODES: dict[type, int] = {
     SpotCheckRecord: 51,
     SpotCheckRequest: 52,
     SpotCheckReference: 53,
+    SpotCheckGradient: 54,          # v1.7: backward spot checks
+    SpotCheckGradientReference: 55,
     SignedRecord: 60,          # v1.4: the organiser's signature on the spec and schedules
     Roster: 61,                # v1.5: who was admitted by invitation, and who was banned
 }

@@ -31,7 +31,38 @@ class SpotCheckReference:
     tensor: TensorPayload
 
 
-REPORT_KINDS = ("forward", "share")
+@dataclass(frozen=True)
+class SpotCheckGradient:
+    """v1.7 (BACKWARD_CHECKS_VERSION). Next hop -> the second replica whose SpotCheckReference it
+    took: the output gradient it sends `suspect` for the checked hop (`header`: the backward
+    header, hop_index = the checked hop). The second replica recomputes that hop's backward from
+    the input of the SpotCheckRequest and this gradient, and sends the input gradient to the hop
+    before as a SpotCheckGradientReference."""
+
+    header: WorkHeader
+    suspect: str
+    tensor: TensorPayload
+
+
+@dataclass(frozen=True)
+class SpotCheckGradientReference:
+    """v1.7. Second replica -> the previous hop of the checked hop (the one that asked for the
+    check): its input gradient for `header` (the header of the backward `suspect` sends the
+    previous hop: hop_index = the checked hop - 1); the previous hop compares the two and reports
+    kind "backward"."""
+
+    header: WorkHeader
+    suspect: str
+    tensor: TensorPayload
+
+
+BACKWARD_CHECKS_VERSION = (1, 7)     # SpotCheckGradient, SpotCheckGradientReference, kind "backward"
+REPORT_KINDS = ("forward", "share", "backward")
+
+
+def speaks_backward_checks(version: tuple[int, int] | None) -> bool:
+    """Whether a peer that spoke `version` (None: not heard from yet) takes a SpotCheckGradient."""
+    return version is not None and tuple(version) >= BACKWARD_CHECKS_VERSION
 
 
 @dataclass(frozen=True)
@@ -44,7 +75,8 @@ class SpotCheckReport:
     stage: int
     relative_error: float            # ||suspect - checker|| / ||checker|| (a share: its norm over the reference)
     passed: bool
-    kind: str = "forward"            # v1.5: "share": the suspect's gradient share was left out as an outlier
+    kind: str = "forward"            # v1.5: "share": the suspect's gradient share was left out as an outlier;
+    #                                  v1.7: "backward": the suspect's input gradient was checked
 
     def __post_init__(self):
         if self.kind not in REPORT_KINDS:

@@ -10,7 +10,8 @@ from protocol.errors import VersionMismatch
 
 PROTOCOL_MAJOR = 1
 PROTOCOL_MINOR = 7          # 5: invitations (PeerAdvert.invite_claim, Roster); 6: quantised tensors;
-                            # 7: PeerAdvert.measured_fwd_s_per_layer_sample
+                            # 7: PeerAdvert.measured_fwd_s_per_layer_sample, ProgressRecord.written_at,
+                            #    backward spot checks (protocol/spot_checks.py BACKWARD_CHECKS_VERSION)
 PROTOCOL_VERSION = (PROTOCOL_MAJOR, PROTOCOL_MINOR)
 PACKAGE_VERSION = "0.1.0"    # kept equal to pyproject.toml's by a unit test
 DISTRIBUTION = "skippipe-swarm"

@@ -20,3 +20,10 @@ def spot_check_receivers(route: Route, suspect: str, stage: int) -> set[str]:
     hops = route.hops
     return {(hops[k + 1] if k + 1 < len(hops) else hops[0]).peer
             for k in range(1, len(hops)) if hops[k].peer == suspect and hops[k].stage == stage}
+
+
+def backward_check_receivers(route: Route, suspect: str, stage: int) -> set[str]:
+    """Who may report a backward spot check of `suspect` at `stage` on `route`: the receiver of
+    that hop's backward (the hop before it: the origin for the first hop)."""
+    hops = route.hops
+    return {hops[k - 1].peer for k in range(1, len(hops)) if hops[k].peer == suspect and hops[k].stage == stage}

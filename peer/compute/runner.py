@@ -184,16 +184,26 @@ class StageRunner:
                 out = self.module(inp)
             return self._store(key, inp, out)
 
-    def recompute(self, hidden: torch.Tensor, step: int) -> torch.Tensor | None:
+    def recompute(self, hidden: torch.Tensor, step: int, grad_output: torch.Tensor | None = None
+                  ) -> torch.Tensor | None:
         """Spot check (peer/pipeline/spot_checks.py): this stage's forward, nothing stashed, with
-        the parameters as they were after `step` steps; None if the optimizer has moved on."""
+        the parameters as they were after `step` steps; None if the optimizer has moved on. With
+        `grad_output`: the backward's input gradient instead, as backward() returns it (no
+        parameter gradient is kept; peer/pipeline/backward_checks.py)."""
         with self._lock:  # also orders it against step(): the parameters cannot change mid-way
             self._require_origin("recompute", origin=False)
             if self.step_count != step:
                 return None
             x = self._check_float("spot-check activation", hidden, None)
-            with torch.no_grad(), self._autocast():
-                return self._out(self.module(x))
+            if grad_output is None:
+                with torch.no_grad(), self._autocast():
+                    return self._out(self.module(x))
+            g = self._check_float("spot-check gradient", grad_output, tuple(x.shape))
+            inp = x.detach().requires_grad_(True)
+            with torch.enable_grad(), self._autocast():
+                out = self.module(inp)
+            (grad_input,) = torch.autograd.grad(out, [inp], g)
+            return self._out(grad_input, grad=True)
 
     def forward_origin(self, key: Key, tokens: torch.Tensor) -> torch.Tensor:
         """Stage 0: embed the tokens and run stage 0's layers; returns the hidden state."""

@@ -10,14 +10,14 @@ from typing import Awaitable, Callable
 from protocol import messages as m
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.schedule import Phase
-from protocol.spot_checks import SpotCheckReference, SpotCheckRequest
+from protocol.spot_checks import SpotCheckGradient, SpotCheckGradientReference, SpotCheckReference, SpotCheckRequest
 
 import torch
 
 from peer.compute.model import spec_config
 from peer.compute.errors import BadTensor
 from peer.pipeline import plan_view as pv
-from peer.pipeline import spot_checks, wire
+from peer.pipeline import backward_checks, spot_checks, wire
 from peer.pipeline.inbox import InboxFull
 from peer.pipeline.share_codec import decode_share
 from peer.pipeline.flights import Work
@@ -56,6 +56,8 @@ class WorkHandlers:
         server.register(m.WeightsRequest, self.weights_request)
         server.register(SpotCheckRequest, self.spot_check_request)
         server.register(SpotCheckReference, self.spot_check_reference)
+        server.register(SpotCheckGradient, self.spot_check_gradient)
+        server.register(SpotCheckGradientReference, self.spot_check_gradient_reference)
 
     async def forward(self, remote: str, request: m.ForwardRequest) -> m.ForwardReply:
         await self._accept(remote, request.header, wire.received(request), Phase.FORWARD)
@@ -109,13 +111,17 @@ class WorkHandlers:
                 raise Rejected(ErrorCode.UNKNOWN_MICROBATCH, why)
         self._origin_moved_on(route.origin, header.iteration)
         tensor = self._decode_activation(remote, payload, phase)
+        # a gradient of outlying size, or from a peer whose backward failed our check, is left out
+        taken = w.spot.taken_backward(remote, tensor) if phase == Phase.BACKWARD else tensor
         try:
-            await w.inbox.put(header.iteration, task, Work(tensor, route, header.attempt, remote))
+            await w.inbox.put(header.iteration, task, Work(taken, route, header.attempt, remote))
         except InboxFull as exc:
             raise Rejected(ErrorCode.OVERLOADED, str(exc)) from None
         if phase == Phase.FORWARD:
             st.record_attempt(mb, task.kind, header.attempt)
             w.spot.saw_forward(schedule, route, header, remote, tensor, payload.dtype, wire.block_of(payload))
+        else:
+            w.spot.backward.saw_backward(header, remote, tensor, payload.dtype, wire.block_of(payload))
 
     def _origin_moved_on(self, origin: str, iteration: int) -> None:
         """Work of `iteration` from `origin`'s microbatches (checked as the route's, from its
@@ -199,6 +205,38 @@ class WorkHandlers:
             raise Rejected(ErrorCode.NOT_MEMBER, f"spot-check reference refused: {why}")
         tensor = self._decode_activation(remote, ref.tensor, Phase.FORWARD)
         w.spot.add_reference(route, header, ref.suspect, remote, tensor, ref.tensor.dtype)
+        return m.Ack(header.iteration)
+
+    async def spot_check_gradient(self, remote: str, msg: SpotCheckGradient) -> m.Ack:
+        """The next hop's gradient for a hop whose forward we recomputed for a spot check: its
+        backward is recomputed too (backward_checks.py), the result goes to the hop before."""
+        w, header = self.worker, msg.header
+        schedule = await self._schedule_for(header.run, header.epoch, header.iteration)
+        route = self._route_of(schedule, header)
+        why = backward_checks.gradient_problem(route, header.hop_index, remote, msg.suspect, w.me,
+                                               schedule.stage_of().get(w.me))
+        if why is not None:
+            raise Rejected(ErrorCode.WRONG_STAGE, f"backward check refused: {why}")
+        if not w.spot.backward.has_input(header):
+            raise Rejected(ErrorCode.UNKNOWN_MICROBATCH, f"no spot-check input kept for microbatch "
+                                                         f"{header.microbatch_id} hop {header.hop_index}")
+        if w.spot.serving >= spot_checks.MAX_SERVING:
+            raise Rejected(ErrorCode.OVERLOADED, "busy with other spot checks")
+        grad = self._decode_activation(remote, msg.tensor, Phase.BACKWARD)
+        w.spot.backward.serve(route, header, grad)
+        return m.Ack(header.iteration)
+
+    async def spot_check_gradient_reference(self, remote: str, ref: SpotCheckGradientReference) -> m.Ack:
+        """Another replica's input gradient for the backward the hop after us sends (or sent) us."""
+        w, header = self.worker, ref.header
+        schedule = await self._schedule_for(header.run, header.epoch, header.iteration)
+        route = self._route_of(schedule, header)
+        why = backward_checks.gradient_reference_problem(route, header.hop_index, remote, ref.suspect, w.me,
+                                                         lambda stage: pv.replicas(schedule, stage))
+        if why is not None:
+            raise Rejected(ErrorCode.NOT_MEMBER, f"backward spot-check reference refused: {why}")
+        tensor = self._decode_activation(remote, ref.tensor, Phase.BACKWARD)
+        w.spot.backward.add_reference(header, ref.suspect, remote, tensor, ref.tensor.dtype)
         return m.Ack(header.iteration)
 
     async def iteration_done(self, remote: str, done: m.IterationDone) -> m.Ack:

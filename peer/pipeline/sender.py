@@ -66,6 +66,8 @@ class Sender:
         if recoverable and self.health.suspect(dest.peer):
             ok = False  # known dead: do not wait for it to fail again
         else:
+            if dest.phase == Phase.BACKWARD:
+                self.spot.bound.note(tensor)   # the scale a returned gradient is bounded by
             payload = tensor_codec.encode(tensor)
             request = (m.ForwardRequest if dest.phase == Phase.FORWARD else m.BackwardRequest)(header, payload)
             request, restored = self.wire.pack(request, tensor, schedule, dest.peer)

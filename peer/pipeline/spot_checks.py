@@ -25,13 +25,12 @@ import logging
 import math
 import secrets
 import time
-from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 import torch
 
 from protocol.errors import ErrorCode
-from protocol.messages import ForwardRequest, WorkHeader
+from protocol.messages import BackwardRequest, ForwardRequest, WorkHeader
 from protocol.schedule import Route, Schedule
 from protocol.quantised import CODECS
 from protocol.tensors import TensorPayload
@@ -39,14 +38,14 @@ from protocol.spot_checks import SpotCheckRecord, SpotCheckReference, SpotCheckR
 
 from peer.compute import tensor_codec
 from peer.pipeline import plan_view as pv
+from peer.pipeline.backward_checks import BackwardChecks, GradientBound
+from peer.pipeline.check_halves import MAX_PENDING, PENDING_TTL_S, Half, Key, Pending, key_of  # noqa: F401
 from peer.routing.health import Health
 from peer.transport.rpc import RemoteError
 from peer.security.spot_check_rules import DEFAULT_RTOL, SpotSampler, compare_outputs, report
 
 logger = logging.getLogger(__name__)
 HALF_RTOL = 3e-2           # a 16-bit wire or compute dtype rounds each value to ~2**-8
-MAX_PENDING = 16           # halves waiting at Z for their partner, each kind
-PENDING_TTL_S = 60.0
 MAX_ASKING = 4             # our requests to second replicas in flight
 MAX_SERVING = 4            # recomputations for others at once (each is one stage forward)
 ASK_RETRY_S = 3.0          # how long we retry a second replica that answers OVERLOADED
@@ -54,14 +53,9 @@ PARAMS_WAIT_S = 10.0       # how long a second replica waits to reach the checke
 LISTEN_S = 600.0           # without our own rate, keep outputs only while references arrive
 PUBLISH_TIMEOUT_S = 15.0
 PUBLISH_RETRIES = 3
+PASSES_EVERY_S = 10.0      # passes alone are published at most this often (a failure at once): each
+#                            DHT write is signed, sent and validated at every replica of the key
 REPORTS_KEPT = 64          # SpotCheckRecord's bound
-
-Key = tuple[int, int, int, int]   # (iteration, microbatch, Z's hop index, attempt)
-
-
-def key_of(header: WorkHeader) -> Key:
-    return header.iteration, header.microbatch_id, header.hop_index, header.attempt
-
 
 def tolerance(*dtypes: str) -> float:
     return DEFAULT_RTOL if all(d == "float32" for d in dtypes) else HALF_RTOL
@@ -94,51 +88,6 @@ def reference_problem(route: Route, hop: int, remote: str, suspect: str, me: str
     return None
 
 
-@dataclass
-class Half:
-    """One side of a comparison: what `peer` sent (the suspect's output, or the reference)."""
-
-    peer: str
-    tensor: torch.Tensor
-    dtype: str                    # a float dtype, or the codec of a quantised tensor (int8, int4)
-    at: float
-    suspect: str = ""             # references only: whom the reference checks
-    stage: int = 0
-    block: int = 0                # a quantised tensor's elements per scale
-
-
-class Pending:
-    """Halves waiting for their partner: at most `cap` of them, none older than `ttl_s`."""
-
-    def __init__(self, cap: int = MAX_PENDING, ttl_s: float = PENDING_TTL_S,
-                 clock: Callable[[], float] = time.monotonic):
-        self.cap, self.ttl_s, self.clock = cap, ttl_s, clock
-        self._items: collections.OrderedDict[Key, Half] = collections.OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def put(self, key: Key, half: Half) -> None:
-        self._expire()
-        self._items.pop(key, None)
-        self._items[key] = half
-        while len(self._items) > self.cap:
-            self._items.popitem(last=False)   # the oldest goes: a check missed, nothing else
-
-    def pop(self, key: Key) -> Half | None:
-        self._expire()
-        return self._items.pop(key, None)
-
-    def drop_before(self, iteration: int) -> None:
-        for key in [k for k in self._items if k[0] < iteration]:
-            del self._items[key]
-
-    def _expire(self) -> None:
-        now = self.clock()
-        while self._items and now - next(iter(self._items.values())).at > self.ttl_s:
-            self._items.popitem(last=False)
-
-
 class SpotChecks:
     """The worker's spot-check roles: sampler and asker (W), recomputer (P'), comparer (Z)."""
 
@@ -156,10 +105,15 @@ class SpotChecks:
         self.stats: collections.Counter[str] = collections.Counter()
         self._params: tuple[int, Any, int] | None = None    # (iteration, runner, its step count)
         self._params_changed = asyncio.Event()
-        self._asking = self._serving = 0
+        self._asking = self.serving = 0
         self._served: set[Key] = set()
         self._reference_at = -math.inf
         self._publishing = self._dirty = False
+        self.passes_every_s, self._published_at = PASSES_EVERY_S, -math.inf
+        self._failure = asyncio.Event()           # a failed report waits for no interval
+        self.backward = BackwardChecks(self)      # the same hops' backwards (backward_checks.py)
+        self.distrusted: set[str] = set()         # peers whose backward failed our check: left out
+        self.bound = GradientBound()              # returned gradients of outlying size: left out
 
     # ---- the worker's hooks ----
 
@@ -170,14 +124,19 @@ class SpotChecks:
         self._params_changed = asyncio.Event()
         for pending in (self.outputs, self.references):
             pending.drop_before(iteration)
+        self.backward.drop_before(iteration)
         self._served = {k for k in self._served if k[0] >= iteration}
 
     def maybe_check(self, schedule: Schedule, route: Route, request, suspect: str,
                     payload: TensorPayload | None = None) -> None:
         """W: `request` goes to `suspect`; if it is a forward to a middle hop, and sampled, ask
         another replica of that hop's stage to recompute it from `payload` (floats: what the
-        suspect decodes, when the request is quantised; default: the request's own tensor)."""
+        suspect decodes, when the request is quantised; default: the request's own tensor).
+        A backward to a hop whose forward another replica checked goes to that replica too."""
         header = request.header
+        if isinstance(request, BackwardRequest):
+            self.backward.gradient_sent(request, suspect, request.tensor if payload is None else payload)
+            return
         if (self.sampler.rate <= 0 or not isinstance(request, ForwardRequest)
                 or not 1 <= header.hop_index < len(route.hops)):
             return
@@ -192,7 +151,9 @@ class SpotChecks:
             return
         self._asking += 1
         payload = request.tensor if payload is None else payload
-        self.spawn(self._ask(secrets.choice(others), SpotCheckRequest(header, payload)))
+        checker = secrets.choice(others)
+        self.backward.watch(header, suspect, checker, stage)
+        self.spawn(self._ask(checker, SpotCheckRequest(header, payload)))
 
     async def _ask(self, checker: str, request: SpotCheckRequest) -> None:
         delay, deadline = 0.1, self.clock() + ASK_RETRY_S
@@ -219,20 +180,21 @@ class SpotChecks:
     def admit(self, header: WorkHeader) -> ErrorCode | None:
         if key_of(header) in self._served:
             return ErrorCode.DUPLICATE
-        if self._serving >= MAX_SERVING:
+        if self.serving >= MAX_SERVING:
             return ErrorCode.OVERLOADED
         return None
 
     def serve(self, route: Route, header: WorkHeader, tensor: torch.Tensor) -> None:
         """P' (a validated, admitted request): recompute in the background, send it to Z."""
         self._served.add(key_of(header))
-        self._serving += 1
+        self.backward.keep_input(header, tensor)
+        self.serving += 1
         self.spawn(self._recompute_and_send(route, header, tensor))
 
     async def _recompute_and_send(self, route: Route, header: WorkHeader, tensor: torch.Tensor) -> None:
         hop, mb = header.hop_index, header.microbatch_id
         try:
-            params = await self._params_for(header.iteration, route.hops[hop].stage)
+            params = await self.params_for(header.iteration, route.hops[hop].stage)
             out = None if params is None else await self.compute(params[0].recompute, tensor, params[1])
             if out is None:
                 self.stats["stale"] += 1
@@ -245,9 +207,9 @@ class SpotChecks:
         except Exception as exc:
             logger.debug("spot check of microbatch %d: recomputing for hop %d failed: %s", mb, hop, exc)
         finally:
-            self._serving -= 1
+            self.serving -= 1
 
-    async def _params_for(self, iteration: int, stage: int) -> tuple[Any, int] | None:
+    async def params_for(self, iteration: int, stage: int) -> tuple[Any, int] | None:
         """(runner, step count) of `iteration`, waiting (bounded) if we are still before it."""
         deadline = self.clock() + PARAMS_WAIT_S
         while True:
@@ -289,6 +251,7 @@ class SpotChecks:
         stage = route.hops[header.hop_index - 1].stage
         half = Half(checker, tensor, dtype, self.clock(), suspect=suspect, stage=stage)
         key = key_of(header)
+        self.backward.took_reference(header, checker)
         output = self.outputs.pop(key)
         if output is None:
             self.references.put(key, half)
@@ -299,9 +262,12 @@ class SpotChecks:
         return self.sampler.rate > 0 or self.clock() - self._reference_at < LISTEN_S
 
     def _compare(self, header: WorkHeader, output: Half, reference: Half) -> None:
-        self.spawn(self._compare_and_report(header, output, reference))
+        self.spawn(self.compare_and_report(header, output, reference))
 
-    async def _compare_and_report(self, header: WorkHeader, output: Half, reference: Half) -> None:
+    async def compare_and_report(self, header: WorkHeader, output: Half, reference: Half,
+                                 kind: str = "forward") -> None:
+        """Compare the suspect's `output` with the `reference`; publish the report (`kind`:
+        "forward", or "backward": input gradients, backward_checks.py)."""
         try:
             codec = output.dtype if output.dtype in CODECS else None
             rtol = tolerance(*(d for d in (output.dtype, reference.dtype) if d not in CODECS))
@@ -310,24 +276,42 @@ class SpotChecks:
             comparison = await asyncio.to_thread(compare_outputs, output.tensor, reference.tensor, rtol,
                                                  codec, output.block)
             r = report(comparison, output.peer, self.me, header.epoch, header.iteration,
-                       header.microbatch_id, output.stage)
+                       header.microbatch_id, output.stage, kind)
         except Exception as exc:
             logger.debug("spot check of microbatch %d: comparison failed: %s", header.microbatch_id, exc)
             return
         self.stats["passed" if r.passed else "failed"] += 1
+        self._distrust(r, kind)
         if r.passed:
-            logger.debug("spot check passed: %s, stage %d, microbatch %d (relative error %.2g)",
-                         r.suspect[:12], r.stage, r.microbatch_id, r.relative_error)
+            logger.debug("%s spot check passed: %s, stage %d, microbatch %d (relative error %.2g)",
+                         kind, r.suspect[:12], r.stage, r.microbatch_id, r.relative_error)
         else:
-            logger.warning("spot check FAILED: %s's stage-%d output for iteration %d microbatch %d is off by %.3g "
-                           "(relative to replica %s; tolerance %g)", r.suspect, r.stage, r.iteration,
+            what = "output" if kind == "forward" else "input gradient"
+            logger.warning("spot check FAILED: %s's stage-%d %s for iteration %d microbatch %d is off by %.3g "
+                           "(relative to replica %s; tolerance %g)", r.suspect, r.stage, what, r.iteration,
                            r.microbatch_id, r.relative_error, reference.peer[:12], rtol)
         self.add_report(r)
+
+    def _distrust(self, r: SpotCheckReport, kind: str) -> None:
+        if kind == "backward" and not r.passed and r.suspect not in self.distrusted:
+            self.distrusted.add(r.suspect)
+            logger.warning("the gradients %s returns are left out from now on (a failed backward check); "
+                           "its microbatches still count", r.suspect)
+
+    def taken_backward(self, sender: str, grad: torch.Tensor) -> torch.Tensor:
+        """The backward gradient `sender` returned, as we use it: zero when its backwards failed
+        our check or it is of outlying size (so a poisoner harms only until it is caught)."""
+        if sender in self.distrusted or not self.bound.admit(sender, grad):
+            self.stats["backward_left_out"] += 1
+            return torch.zeros_like(grad)
+        return grad
 
     def add_report(self, r: SpotCheckReport) -> None:
         """Publish `r` with our other reports (also a left-out gradient share's, from averaging)."""
         self.reports.append(r)
         self._dirty = True
+        if not r.passed:
+            self._failure.set()
         if self.publish is not None and not self._publishing:
             self._publishing = True
             self.spawn(self._publish_reports())
@@ -337,7 +321,15 @@ class SpotChecks:
         failures = 0
         try:
             while self._dirty:
+                wait = self._published_at + self.passes_every_s - self.clock()
+                if wait > 0 and not self._failure.is_set():
+                    try:
+                        await asyncio.wait_for(self._failure.wait(), wait)
+                    except TimeoutError:
+                        pass
                 self._dirty = False
+                self._failure.clear()
+                self._published_at = self.clock()
                 record = SpotCheckRecord(self.me, tuple(self.reports))
                 try:
                     await asyncio.wait_for(self.publish(record), PUBLISH_TIMEOUT_S)

@@ -73,6 +73,6 @@ def _beyond_half_step(diff: torch.Tensor, a: torch.Tensor, b: torch.Tensor, qmax
 
 
 def report(comparison: Comparison, suspect: str, checker: str, epoch: int, iteration: int,
-           microbatch_id: int, stage: int) -> SpotCheckReport:
+           microbatch_id: int, stage: int, kind: str = "forward") -> SpotCheckReport:
     error = comparison.relative_error if math.isfinite(comparison.relative_error) else 1e300
-    return SpotCheckReport(suspect, checker, epoch, iteration, microbatch_id, stage, error, comparison.passed)
+    return SpotCheckReport(suspect, checker, epoch, iteration, microbatch_id, stage, error, comparison.passed, kind)

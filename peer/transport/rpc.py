@@ -12,7 +12,7 @@ from typing import Any, Awaitable, Callable
 from protocol import codec
 from protocol import messages as m
 from protocol.errors import ErrorCode, ProtocolError
-from protocol.spot_checks import SpotCheckReference, SpotCheckRequest
+from protocol.spot_checks import SpotCheckGradient, SpotCheckGradientReference, SpotCheckReference, SpotCheckRequest
 from protocol.tensors import (ChunkAssembler, DEFAULT_CHUNK_BYTES, DEFAULT_MAX_TENSOR_BYTES,
                               TensorPayload, split_payload)
 
@@ -23,7 +23,8 @@ from peer.transport.lanes import SendLanes
 
 logger = logging.getLogger(__name__)
 UNARY_TENSOR_BYTES = 1024 * 1024
-_STREAMABLE = (m.ForwardRequest, m.BackwardRequest, m.GradientShare, SpotCheckRequest, SpotCheckReference)
+_STREAMABLE = (m.ForwardRequest, m.BackwardRequest, m.GradientShare, SpotCheckRequest, SpotCheckReference,
+               SpotCheckGradient, SpotCheckGradientReference)
 _PLACEHOLDER = TensorPayload("uint8", (0,), b"")
 
 

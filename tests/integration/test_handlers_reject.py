@@ -182,3 +182,23 @@ def test_int8_shares_arrive_dequantised_and_malformed_ones_are_refused():
     expect_error(network, share(None, 1), ErrorCode.BAD_TENSOR, sender="p2")
     inf_scales = tensor_codec.encode(torch.full((scales.shape[0],), float("inf")))
     expect_error(network, share(inf_scales, 1), ErrorCode.BAD_TENSOR, sender="p2")
+
+
+def test_backward_spot_check_gradients_are_validated_like_backwards():
+    """A SpotCheckGradient (protocol 1.7) is taken only from the hop that sends the checked hop its
+    gradient, about that hop, by another replica of its stage that kept the input; a bad tensor
+    is refused as a backward's would be, and nothing is queued for training."""
+    from protocol.spot_checks import SpotCheckGradient
+    schedule = make_schedule("t", {"p0": 0, "p1": 1, "q1": 1}, {0: ["p0", "q1"]}, epoch=3)
+    network, worker = serve_p1(schedule)
+
+    def gradient(suspect="q1", fill=None, **kw):
+        return SpotCheckGradient(header(**kw), suspect, activation(fill=fill))
+    expect_error(network, gradient(), ErrorCode.UNKNOWN_MICROBATCH)           # no input kept for it
+    worker.spot.backward.keep_input(header(), torch.randn(2, 8, 64))
+    expect_error(network, gradient(), ErrorCode.WRONG_STAGE, sender="q1")     # not the next hop
+    expect_error(network, gradient(suspect="p1"), ErrorCode.WRONG_STAGE)      # not the checked hop's peer
+    expect_error(network, gradient(hop_index=0), ErrorCode.WRONG_STAGE)
+    expect_error(network, gradient(fill=float("nan")), ErrorCode.NON_FINITE)
+    expect_error(network, gradient(), ErrorCode.WRONG_STAGE, sender="mallory")   # as a SpotCheckRequest
+    assert len(worker.inbox) == 0 and worker.spot.serving == 0

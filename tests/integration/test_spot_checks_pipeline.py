@@ -1,6 +1,7 @@
 """Spot checks wired into the pipeline (issue 7), over the in-memory transport with the real
 worker and handlers: a replica that sends wrong activations is reported by the peers it feeds
-(a middle hop and an origin's head), its honest twin passes, and checking changes no result."""
+(a middle hop and an origin's head), one that returns wrong backward gradients by the peers it
+returns them to (issue 24), its honest twin passes, and checking changes no result."""
 import asyncio
 
 import pytest
@@ -21,13 +22,14 @@ PATHS = {0: ["o", "p", "z"], 1: ["o", "q", "z"], 2: ["o", "z", "p"], 3: ["o", "q
 SCHEDULE = make_schedule("t", STAGE_OF, PATHS)
 
 
-def run(rate: float, cheat: str = ""):
+def run(rate: float, cheat: str = "", wire: str = "auto"):
     async def scenario():
         batch, _ = batches_for(SPEC)
-        _, workers = await build_memory_swarm(SPEC, SCHEDULE, batch, timeout=60)
+        _, workers = await build_memory_swarm(SPEC, SCHEDULE, batch, timeout=60, wire_compression=wire)
         records = {}
         for peer, w in workers.items():
             w.spot.sampler = SpotSampler(rate)
+            w.spot.passes_every_s = 0.0             # every report published as it comes
 
             async def publish(record, peer=peer):
                 records[peer] = record
@@ -77,6 +79,8 @@ def test_an_honest_swarm_with_checks_on_reports_only_passes_and_trains_the_same(
     checked, records = run(1.0)
     reports = reports_of(records)
     assert len(reports) >= 6 and all(r.passed for _, r in reports), reports
+    backward = [(who, r) for who, r in reports if r.kind == "backward"]
+    assert {who for who, _ in backward} == {"o", "z"}             # p's and q's backwards were checked too
     assert {r.suspect for _, r in reports} == {"p", "q"}          # stage 1 is the only replicated one
     assert all(r.relative_error < 1e-5 for _, r in reports)       # fp32 replicas agree closely
     plain, none = run(0.0)
@@ -93,3 +97,35 @@ def test_an_honest_swarm_with_checks_on_reports_only_passes_and_trains_the_same(
     assert [o.completed for o in checked["o"].ledger.history] == [4, 4, 4]
     assert [o.loss_sum for o in checked["o"].ledger.history] == \
         pytest.approx([o.loss_sum for o in plain["o"].ledger.history])
+
+
+def test_a_replica_returning_wrong_backward_gradients_is_reported_and_banned():
+    """Scaled by -100, its input gradients stall training while every forward check passes: the
+    backward checks catch it, at both peers it returns gradients to (o on mb 0, z on mb 2)."""
+    workers, records = run(1.0, cheat="badgrad@1:-100")
+    reports = reports_of(records)
+    failed = [(who, r) for who, r in reports if not r.passed]
+    assert failed and {(r.suspect, r.kind) for _, r in failed} == {("p", "backward")}, failed
+    assert {who for who, _ in failed} == {"o", "z"}
+    assert all(r.iteration >= 1 and r.relative_error > 10 and r.stage == 1 for _, r in failed)
+    assert any(r.passed and r.kind == "backward" and r.suspect == "p" and r.iteration == 0 for _, r in reports)
+    assert all(r.passed for _, r in reports if r.kind == "forward" or r.suspect == "q")
+    routes = {(SCHEDULE.epoch, r.microbatch_id): r for r in SCHEDULE.routes}
+    bans = BanList(routes=lambda epoch, mb: routes.get((epoch, mb)))
+    for reporter, record in records.items():
+        bans.observe(reporter, record.reports)
+    assert set(bans.banned) == {"p"} and bans.ignored_reports == 0
+    assert [o.completed for o in workers["o"].ledger.history] == [4, 4, 4]
+
+
+def test_an_honest_swarm_passes_backward_checks_with_int8_on_the_wire():
+    """Quantised gradients and activations (--wire-compression int8): the comparison allows half
+    a quantisation step, so an honest replica is never reported, and a sign flip still is."""
+    workers, records = run(1.0, wire="int8")
+    assert sum(w.sender.wire.sent["int8"] for w in workers.values()) > 0
+    reports = reports_of(records)
+    assert any(r.kind == "backward" for _, r in reports)
+    assert all(r.passed for _, r in reports), [r for _, r in reports if not r.passed]
+    _, records = run(1.0, cheat="badgrad@1:-1", wire="int8")
+    failed = [r for _, r in reports_of(records) if not r.passed]
+    assert failed and {(r.suspect, r.kind) for r in failed} == {("p", "backward")}

@@ -1,7 +1,9 @@
 """Spot checks over real processes and real P2P (issue 7): a replica of the middle stage that
-sends wrong activations (`--fault corrupt@2`) is caught by the peers it feeds, banned by the
-coordinator and left out of the next schedule, with no microbatch lost. (An honest swarm with
-every forward checked reports only passes: tests/swarm/test_shared_swarm.py.)"""
+sends wrong activations (`--fault corrupt@2`) and returns sign-flipped backward gradients
+(`badgrad@2:-1`, issue 24) is caught by the peers it feeds and by those it returns gradients to,
+banned by the coordinator and left out of the next schedule, with no microbatch lost. (An honest
+swarm with every forward checked reports only passes: tests/swarm/test_shared_swarm.py; a
+backward-only cheater is banned in tests/integration/test_spot_checks_pipeline.py.)"""
 import asyncio
 
 import pytest
@@ -44,7 +46,7 @@ def test_a_peer_sending_wrong_activations_is_banned_and_planned_out(tmp_path):
             ids = identities(tmp_path, 5)
             cheater, twin = ids[1], ids[4]
             app.adjust_topology = planned_with({twin})
-            procs = start(app, tmp_path, [0, 1, 2, 0, 1], {1: "corrupt@2:0.3"})
+            procs = start(app, tmp_path, [0, 1, 2, 0, 1], {1: "corrupt@2:0.3,badgrad@2:-1"})
             try:
                 await wait_for(lambda: app.schedule is not None, 120, "the first plan")
                 first = app.schedule
@@ -58,15 +60,21 @@ def test_a_peer_sending_wrong_activations_is_banned_and_planned_out(tmp_path):
                 await wait_for(lambda: app.summaries and app.summaries[-1].iteration >= start_iteration + 1,
                                180, "iterations of the new schedule")
                 records = await app.records.get_spot_checks()
-                return ids, app.bans, app.status.status(), app.summaries, app.schedule, records
+                return ids, app.bans, app.status.status(), app.summaries, app.schedule, records, first
             finally:
                 stop_processes(procs)
-    ids, bans, status, summaries, schedule, records = asyncio.run(scenario())
+    ids, bans, status, summaries, schedule, records, first = asyncio.run(scenario())
     cheater, twin = ids[1], ids[4]
     assert set(bans.banned) == {cheater} and "spot checks" in bans.banned[cheater]
     failed = [(who, r) for who, rec in records.items() for r in rec.reports if not r.passed]
     assert {r.suspect for _, r in failed} == {cheater} and len({who for who, _ in failed}) >= 2
     assert all(r.iteration >= 2 for _, r in failed)           # corrupt@2: iterations 0 and 1 were honest
+    # the backward checks: the twin recomputed the cheater's backwards from the gradients the
+    # next hops sent it, and the peers the cheater returned gradients to compared them
+    backward = [(who, r) for who, rec in records.items() for r in rec.reports if r.kind == "backward"]
+    assert any(not r.passed for _, r in backward) and any(r.passed and r.iteration < 2 for _, r in backward)
+    returned_to = {r.hops[j - 1].peer for r in first.routes for j in range(1, len(r.hops)) if r.hops[j].peer == cheater}
+    assert {who for who, r in backward if not r.passed} <= returned_to and all(r.suspect == cheater for _, r in backward)
     assert bans.counts["passed"] >= 1                          # iterations 0 and 1 were checked and honest
     assert [p["peer_id"] for p in status["peers"] if p["state"] == "BANNED"] == [cheater]
     assert status["spot_checks"]["failed"] >= 2

@@ -143,3 +143,24 @@ def test_left_out_share_reports_ban_only_from_two_replicas_of_the_stage():
     assert codec.decode(codec.encode(share_report("a", "b", 1)), expected=SpotCheckReport).kind == "share"
     with pytest.raises(Exception, match="kind"):
         SpotCheckReport("a", "b", 1, 1, 0, 1, 1.0, False, kind="other")
+
+
+def test_backward_reports_count_only_from_the_receiver_of_the_backward():
+    # p's backward goes to the hop before it: o on mb 0 and mb 2; z (which sends p its gradient
+    # on mb 0) and members off the route are not placed to check it
+    from swarmcore.schedule_history import backward_check_receivers
+    route = {r.microbatch_id: r for r in published_app().schedules[-1].routes}
+    assert backward_check_receivers(route[0], "p", 1) == {"o"}
+    assert backward_check_receivers(route[1], "z", 2) == {"q"}
+    assert backward_check_receivers(route[0], "o", 0) == set()     # the origin's hop has no backward to check
+    bans = published_app().bans
+
+    def backward(suspect, reporter, iteration, mb, stage=1):
+        return SpotCheckReport(suspect, reporter, 3, iteration, mb, stage, 100.0, False, kind="backward")
+    assert bans.observe("z", [backward("p", "z", i, 0) for i in range(3)]) == []     # z only sends p gradients
+    assert bans.observe("s1", [backward("p", "s1", i, 1) for i in range(3)]) == []
+    assert bans.ignored_reports == 6
+    assert bans.observe("o", [backward("p", "o", 0, 0)]) == []
+    assert bans.observe("q", [backward("z", "q", 0, 1, stage=2)]) == []
+    assert bans.observe("o", [backward("p", "o", 1, 2)]) == []                      # one reporter, twice
+    assert not bans.banned and bans.counts["failed"] == 3

@@ -185,3 +185,26 @@ def test_parse_chaos_pauses_are_the_launcher_s():
     assert pauses == [Pause(2, 3, 12.0), Pause(0, 1, DEFAULT_PAUSE_S)]
     with pytest.raises(ChaosSpecError, match="seconds > 0"):
         parse_chaos("pause:1@iter3:0", peers=2)
+
+
+def test_badgrad_scales_returned_gradients_from_its_iteration_but_recomputes_honestly():
+    import torch
+    from peer.chaos import corrupting
+    from peer.compute.runner import StageRunner
+    from protocol.messages import RunSpec
+    assert parse_faults("badgrad@3") == [Fault("badgrad", 3, factor=-100.0)]
+    assert parse_faults("badgrad@0:-1") == [Fault("badgrad", 0, factor=-1.0)]
+    for bad, message in [("badgrad@2:1", "changes nothing"), ("badgrad@2:nan", "finite")]:
+        with pytest.raises(FaultSpecError, match=message):
+            parse_faults(bad)
+    spec = RunSpec(run="t", model="tiny", num_stages=2, skip_ratio=0.0, microbatch_samples=2, seq_len=8)
+    honest = StageRunner.from_spec(spec, 1)
+    cheat = corrupting(lambda stage: StageRunner.from_spec(spec, stage), parse_faults("badgrad@1:-100"))(1)
+    x, g = torch.randn(2, 8, 64), torch.randn(2, 8, 64)
+    for i in (0, 1):
+        assert torch.equal(cheat.forward((i, 0), x), honest.forward((i, 0), x))   # forwards stay honest
+    assert torch.allclose(cheat.backward((0, 0), g), honest.backward((0, 0), g), atol=1e-6)
+    right = honest.backward((1, 0), g)
+    assert torch.allclose(cheat.backward((1, 0), g), -100 * right, rtol=1e-4, atol=1e-5)
+    assert torch.allclose(cheat.recompute(x, 0, g), right, atol=1e-6)     # backward-check answers stay honest
+    assert torch.allclose(cheat.grad_vector(), honest.grad_vector(), atol=1e-6)   # its own gradients too

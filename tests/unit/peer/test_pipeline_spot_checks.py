@@ -254,6 +254,7 @@ def test_the_second_replica_waits_for_the_iteration_then_sends_the_reference_on(
 def test_reports_are_published_coalesced_and_bounded():
     async def scenario():
         w, spot, _, published = comparer()
+        spot.passes_every_s = 0.0
         for i in range(sc.REPORTS_KEPT + 6):
             t = torch.randn(2, 8, 64)
             spot.saw_forward(SCHEDULE, ROUTE, header(hop=2, mb=0, attempt=i), "p", t, "float32")
@@ -264,3 +265,23 @@ def test_reports_are_published_coalesced_and_bounded():
     assert len(published) < sc.REPORTS_KEPT + 6                   # not one DHT write per report
     assert len(published[-1].reports) == sc.REPORTS_KEPT
     assert published[-1].reports[-1].passed
+
+
+def test_passes_are_published_at_most_every_interval_and_failures_at_once():
+    async def scenario():
+        w, spot, clock, published = comparer()
+        spot.passes_every_s = 0.3
+        t = torch.randn(2, 8, 64)
+        for i in range(3):                                            # passes: one write now, one later
+            spot.saw_forward(SCHEDULE, ROUTE, header(hop=2, attempt=i), "p", t, "float32")
+            spot.add_reference(ROUTE, header(hop=2, attempt=i), "p", "q", t, "float32")
+            await asyncio.sleep(0.01)
+        assert len(published) == 1
+        spot.passes_every_s = 60.0
+        spot.saw_forward(SCHEDULE, ROUTE, header(hop=2, attempt=9), "p", -t, "float32")
+        spot.add_reference(ROUTE, header(hop=2, attempt=9), "p", "q", t, "float32")
+        await asyncio.wait_for(w.settle(), 5)                         # a failure does not wait 60 s
+        return published
+    published = asyncio.run(scenario())
+    assert len(published) == 2 and not published[-1].reports[-1].passed
+    assert len(published[-1].reports) == 4

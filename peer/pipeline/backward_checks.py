@@ -1,0 +1,231 @@
+"""Backward spot checks (issue 24): the backward of a sampled hop is recomputed by the second
+replica that recomputed its forward, and compared where the checked peer's input gradient lands.
+
+    W --ForwardRequest(x)-->  P  --ForwardRequest-->  Z          (training traffic, unchanged)
+    W <--BackwardRequest(gx)-- P <--BackwardRequest(g)-- Z
+    W --SpotCheckRequest(x)--> P' --SpotCheckReference--> Z      (the forward check, spot_checks.py)
+    Z --SpotCheckGradient(g, suspect=P)--> P' --SpotCheckGradientReference(gx')--> W
+
+W sampled the hop (its secret rule: P cannot tell checked microbatches from others) and knows
+which P' it asked; P' keeps the input x it was given; Z learns of the check from P''s forward
+reference and, when it sends P the output gradient g, sends P' the same values (what P decodes,
+when the wire quantises them). P' runs the stage's forward and backward from x and g with that
+iteration's parameters (nothing stashed, no parameter gradient kept) and sends the input gradient
+to W, which compares it with the gx P sent (spot_check_rules.compare_outputs, with the
+quantisation allowance when gx came quantised) and reports kind "backward" about P. A report
+counts at the coordinator only from W: the receiver of the checked hop's backward
+(swarmcore/schedule_history.backward_check_receivers).
+
+Best effort like the forward check: bounded waits and queues, failures logged at debug level,
+nothing raised into the worker. A check is lost when P' has stepped past the iteration before g
+comes (the iteration's last backwards, sometimes).
+"""
+import collections
+import dataclasses
+import logging
+import statistics
+from typing import Callable
+
+import torch
+
+from protocol.messages import BackwardRequest, WorkHeader
+from protocol.schedule import Route
+from protocol.spot_checks import SpotCheckGradient, SpotCheckGradientReference, speaks_backward_checks
+from protocol.tensors import TensorPayload
+
+from peer.compute import tensor_codec
+from peer.pipeline import plan_view as pv
+from peer.pipeline.check_halves import Half, Key, Pending, key_of
+
+logger = logging.getLogger(__name__)
+MAX_INPUTS = 8             # P': inputs kept for a gradient that may follow (each one activation)
+MAX_KEYS = 64              # W's and Z's notes of which hops are checked
+BOUND_FACTOR = 20.0        # a returned gradient more than this x the typical one is left out
+BOUND_WINDOW = 16          # the typical one: the median norm of the last this many we received (few:
+#                            honest norms fall 10x in the first iterations)
+BOUND_MIN_SEEN = 1
+
+
+def gradient_problem(route: Route, hop: int, remote: str, suspect: str, me: str,
+                     my_stage: int | None) -> str | None:
+    """Why a SpotCheckGradient for `hop` from `remote` is not ours to recompute (None: it is):
+    we must be another replica of that hop's stage, and `remote` the hop that sends it its gradient."""
+    if not 1 <= hop < len(route.hops):
+        return f"hop {hop} of microbatch {route.microbatch_id} is not a checked middle hop"
+    checked = route.hops[hop]
+    if checked.stage != my_stage or checked.peer == me or suspect != checked.peer:
+        return f"hop {hop} is stage {checked.stage} on {checked.peer[:12]}; we are another replica of stage {my_stage}"
+    if remote != pv.next_hop(route, hop):
+        return f"{remote[:12]} does not send hop {hop} its gradient"
+    return None
+
+
+def gradient_reference_problem(route: Route, hop: int, remote: str, suspect: str, me: str,
+                               replicas: Callable[[int], list[str]]) -> str | None:
+    """Why a SpotCheckGradientReference for the backward we get at `hop` is refused (None:
+    accepted): only another replica of the next hop's stage, about that hop."""
+    checked = hop + 1
+    if not 1 <= checked < len(route.hops) or route.hops[hop].peer != me:
+        return f"hop {hop} of microbatch {route.microbatch_id} is not a backward we receive from a checked hop"
+    stage = route.hops[checked].stage
+    if suspect != route.hops[checked].peer:
+        return f"{suspect[:12]} is not the hop after ours"
+    if remote == suspect or remote not in replicas(stage):
+        return f"{remote[:12]} is not another replica of stage {stage}"
+    return None
+
+
+class GradientBound:
+    """Returned gradients of outlying size are left out, as outlying gradient shares are
+    (robust_shares.py): a backward gradient whose norm is more than BOUND_FACTOR x the median of
+    the last BOUND_WINDOW we received or sent (all senders; the gradients we send upstream
+    ourselves, the origin's head gradients first, show the scale from the first microbatch on) is
+    taken as zero and logged. This bounds a poisoner before any check samples it (a large gradient would
+    also inflate Adam's second moments for hundreds of steps); a gradient of ordinary size but
+    wrong (a sign flip) is left to the checks. Every norm joins the window, so a real change of
+    scale is followed once it holds for half the window."""
+
+    def __init__(self, factor: float = BOUND_FACTOR, window: int = BOUND_WINDOW, min_seen: int = BOUND_MIN_SEEN):
+        self.factor, self.min_seen = factor, min_seen
+        self.norms: collections.deque[float] = collections.deque(maxlen=window)
+        self.left_out: collections.Counter[str] = collections.Counter()
+
+    def note(self, grad: torch.Tensor) -> None:
+        """A gradient we send upstream (ours: trusted)."""
+        self.norms.append(float(torch.linalg.vector_norm(grad.float())))
+
+    def admit(self, sender: str, grad: torch.Tensor) -> bool:
+        norm = float(torch.linalg.vector_norm(grad.float()))
+        typical = statistics.median(self.norms) if len(self.norms) >= self.min_seen else None
+        self.norms.append(norm)
+        if typical is None or norm <= self.factor * max(typical, 1e-30):
+            return True
+        self.left_out[sender] += 1
+        if self.left_out[sender] == 1 or self.left_out[sender] % 100 == 0:
+            logger.warning("a backward gradient from %s of norm %.3g (typical %.3g) is left out (%d so far)",
+                           sender[:12], norm, typical, self.left_out[sender])
+        return False
+
+
+class BackwardChecks:
+    """The backward part of SpotChecks (`spot`: its rpc, compute thread, clock, parameters,
+    comparisons and reports): W's watch, P''s recomputation and Z's forwarding of gradients."""
+
+    def __init__(self, spot):
+        self.spot = spot
+        self.inputs = Pending(cap=MAX_INPUTS, clock=spot.clock)     # P': x by the checked hop's key
+        self.outputs, self.references = Pending(clock=spot.clock), Pending(clock=spot.clock)   # W's halves
+        self.watching: collections.OrderedDict[Key, tuple[str, str, int]] = collections.OrderedDict()
+        self.wanted: collections.OrderedDict[Key, str] = collections.OrderedDict()   # Z: key -> P'
+
+    def drop_before(self, iteration: int) -> None:
+        for pending in (self.inputs, self.outputs, self.references):
+            pending.drop_before(iteration)
+        for notes in (self.watching, self.wanted):
+            for key in [k for k in notes if k[0] < iteration]:
+                del notes[key]
+
+    @staticmethod
+    def _note(notes: collections.OrderedDict, key: Key, value) -> None:
+        notes[key] = value
+        while len(notes) > MAX_KEYS:
+            notes.popitem(last=False)
+
+    # ---- W: the checked hop's backward comes back to us ----
+
+    def watch(self, forward: WorkHeader, suspect: str, checker: str, stage: int) -> None:
+        """W asked `checker` to recompute `suspect`'s forward at forward.hop_index: compare the
+        backward `suspect` sends us for it (hop_index - 1) with `checker`'s."""
+        self._note(self.watching, key_of(forward, forward.hop_index - 1), (suspect, checker, stage))
+
+    def saw_backward(self, header: WorkHeader, sender: str, tensor: torch.Tensor, dtype: str,
+                     block: int = 0) -> None:
+        key = key_of(header)
+        watched = self.watching.get(key)
+        if watched is None or watched[0] != sender:
+            return
+        half = Half(sender, tensor, dtype, self.spot.clock(), stage=watched[2], block=block)
+        reference = self.references.pop(key)
+        if reference is None:
+            self.outputs.put(key, half)
+        else:
+            self._compare(key, header, half, reference)
+
+    def add_reference(self, header: WorkHeader, suspect: str, checker: str, tensor: torch.Tensor,
+                      dtype: str) -> None:
+        """W: a validated reference; taken only from the replica we asked, about whom we asked."""
+        key = key_of(header)
+        watched = self.watching.get(key)
+        if watched is None or watched[:2] != (suspect, checker):
+            self.spot.stats["unasked_reference"] += 1
+            return
+        half = Half(checker, tensor, dtype, self.spot.clock(), suspect=suspect, stage=watched[2])
+        output = self.outputs.pop(key)
+        if output is None:
+            self.references.put(key, half)
+        else:
+            self._compare(key, header, output, half)
+
+    def _compare(self, key: Key, header: WorkHeader, output, reference) -> None:
+        self.watching.pop(key, None)
+        self.spot.spawn(self.spot.compare_and_report(header, output, reference, "backward"))
+
+    # ---- P': keep the input, recompute the backward when the gradient comes ----
+
+    def keep_input(self, forward: WorkHeader, tensor: torch.Tensor) -> None:
+        self.inputs.put(key_of(forward), Half("", tensor, "float32", self.spot.clock()))
+
+    def has_input(self, header: WorkHeader) -> bool:
+        return key_of(header) in self.inputs
+
+    def serve(self, route: Route, header: WorkHeader, grad: torch.Tensor) -> None:
+        """P' (a validated gradient for a hop whose input we kept): recompute, send it to W."""
+        kept = self.inputs.pop(key_of(header))
+        if kept is None:
+            return
+        self.spot.serving += 1
+        self.spot.spawn(self._recompute_and_send(route, header, kept.tensor, grad))
+
+    async def _recompute_and_send(self, route: Route, header: WorkHeader, x: torch.Tensor,
+                                  grad: torch.Tensor) -> None:
+        hop, mb, spot = header.hop_index, header.microbatch_id, self.spot
+        try:
+            params = await spot.params_for(header.iteration, route.hops[hop].stage)
+            out = None if params is None else await spot.compute(params[0].recompute, x, params[1], grad)
+            if out is None:
+                spot.stats["stale"] += 1
+                logger.debug("backward check of microbatch %d: iteration %d's parameters are gone",
+                             mb, header.iteration)
+                return
+            reference = SpotCheckGradientReference(dataclasses.replace(header, hop_index=hop - 1),
+                                                   route.hops[hop].peer, tensor_codec.encode(out))
+            await spot.rpc.call(route.hops[hop - 1].peer, reference, spot.rpc_timeout_s)
+            spot.stats["served_backward"] += 1
+        except Exception as exc:
+            logger.debug("backward check of microbatch %d: recomputing hop %d failed: %s", mb, hop, exc)
+        finally:
+            spot.serving -= 1
+
+    # ---- Z: pass the gradient of a checked hop to the replica that checked its forward ----
+
+    def took_reference(self, header: WorkHeader, checker: str) -> None:
+        """Z: `checker` sent a (validated) reference for the forward of hop header.hop_index - 1."""
+        self._note(self.wanted, key_of(header, header.hop_index - 1), checker)
+
+    def gradient_sent(self, request: BackwardRequest, suspect: str, payload: TensorPayload) -> None:
+        """Z sends `suspect` this backward; `payload`: the floats it decodes."""
+        checker = self.wanted.pop(key_of(request.header), None)
+        if checker is None:
+            return
+        version = getattr(self.spot.rpc, "versions", {}).get(checker)
+        if version is not None and not speaks_backward_checks(version):
+            return                  # an older replica: it would not know the message
+        self.spot.spawn(self._send_gradient(checker, SpotCheckGradient(request.header, suspect, payload)))
+
+    async def _send_gradient(self, checker: str, message: SpotCheckGradient) -> None:
+        try:
+            await self.spot.rpc.call(checker, message, self.spot.rpc_timeout_s)
+            self.spot.stats["gradients_sent"] += 1
+        except Exception as exc:
+            logger.debug("backward check of microbatch %d: %s did not take the gradient: %s",
+                         message.header.microbatch_id, checker[:12], exc)
