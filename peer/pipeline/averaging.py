@@ -237,7 +237,9 @@ class GradientExchange:
         replicas = [p for p in pv.replicas(schedule, seat.stage) if p != self.me]
         mine = Contribution(await seat.compute(r.grad_vector), r.samples_this_step, outcome.loss_sum)
         if not replicas:
-            await self.flush()                     # (an epoch change flushes before this already)
+            if self.pending is not None:           # (an epoch change flushes before this already)
+                await self.flush()                 # its step took our gradients along: put them back
+                await seat.compute(r.set_grad_vector, mine.vector, mine.samples)
             stats = await seat.compute(r.step)
             seat.stepped_iteration = i
             logger.debug("iteration %d stage %d step: %s", i, seat.stage, stats)

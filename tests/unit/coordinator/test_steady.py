@@ -128,3 +128,13 @@ def test_step_cost_and_bad_overheads():
     with pytest.raises(ValueError, match="hop_s"):
         Overheads(hop_s=-1.0)
     assert dataclasses.replace(Overheads(), task_s=0.1).task_s == 0.1
+
+
+def test_the_coordinator_plans_with_the_runs_exchange_mode():
+    from coordinator.swarm_view import SwarmSnapshot, to_topology
+    from tests.unit.coordinator.test_advert_check import SPEC, honest
+    adverts = {p: honest(p) for p in ("QmA", "QmB", "QmC")}
+    for mode in ("sync", "delayed"):
+        topology = to_topology(SwarmSnapshot(adverts, {}), dataclasses.replace(SPEC, gradient_exchange=mode), {})
+        assert topology.workload.delayed_exchange == (mode == "delayed")
+        assert CostModel(topology).delayed_exchange == (mode == "delayed")
