@@ -74,3 +74,55 @@ def test_delayed_updates_lower_the_loss_a_few_iterations_behind_the_synchronous_
     # ... behind the synchronous exchange (one update later, on one-iteration-old parameters:
     # 2.96 against 1.91 after 20 iterations when measured), but not by more than 8 iterations
     assert sync[-1] < delayed[-1] < sync[-9]
+
+
+def test_a_replica_that_copies_a_state_mid_epoch_takes_part_in_the_update_in_flight():
+    # catch-up under delayed updates: the donor trained iteration 4 and its average is still in
+    # flight (StateReply.pending = 4); the joiner copies the donor's state, takes part in that
+    # update with a zero share (GradientExchange.take_on), and both apply the same update
+    from types import SimpleNamespace
+    from peer.compute.runner import StageRunner
+    from peer.compute.state_transfer import flat_state, load_flat_state
+    from peer.pipeline.averaging import GradientExchange
+    from peer.pipeline.flights import IterationOutcome
+    from peer.pipeline.ledger import Ledger
+    from peer.pipeline.seat import StageSeat
+    from peer.pipeline.settings import WorkerSettings
+    from peer.pipeline.share_codec import decode_share
+    from peer.routing.health import Health
+    schedule = make_schedule("t", {"o": 0, "d": 1, "j": 1}, {0: ["o", "d"]})
+    exchanges = {}
+
+    class Wire:                      # the sender: a share lands in the replica's box
+        health, tasks = Health(), SimpleNamespace(spawn=asyncio.ensure_future)
+
+        def __init__(self, me):
+            self.me = me
+
+        async def send_with_retries(self, peer, share, what):
+            n = exchanges[peer].seat.runner.num_parameters()
+            await exchanges[peer].shares.add(self.me, share, decode_share(share.tensor, share.scales, n))
+            return True
+
+    async def go():
+        for peer in ("d", "j"):
+            seat = StageSeat(lambda s: StageRunner.from_spec(SPEC, s))
+            await seat.take(1)
+            exchanges[peer] = GradientExchange(peer, "t", WorkerSettings(), seat, Ledger(), Wire(peer), delayed=True)
+        d, j = exchanges["d"], exchanges["j"]
+        r = d.seat.runner
+        Wire.health.departed.add("j")    # j was away: the donor averages iteration 3 without it
+        for i in (3, 4):             # the donor trains two iterations: update 3 applied, 4 in flight
+            x = torch.randn(2, 16, r.module.config.dim, generator=torch.Generator().manual_seed(i))
+            out = await d.seat.compute(r.forward, (i, 0), x)
+            await d.seat.compute(r.backward, (i, 0), torch.ones_like(out))
+            await d.average_and_step(i, schedule, IterationOutcome(i, 1, 1))
+        assert d.seat.pending_iteration == 4 and d.seat.trains_iteration() == 5
+        Wire.health.departed.discard("j")    # back, caught up: it copies the donor's state
+        await j.seat.compute(load_flat_state, j.seat.runner, *await d.seat.compute(flat_state, r))
+        j.take_on(4, schedule)
+        await asyncio.gather(d.flush(), j.flush())
+        return d, j
+    d, j = asyncio.run(asyncio.wait_for(go(), 60))
+    assert torch.equal(d.seat.runner.parameter_vector(), j.seat.runner.parameter_vector())
+    assert d.seat.stepped_iteration == j.seat.stepped_iteration == 4 and not d.unanswered and not j.unanswered
