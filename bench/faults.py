@@ -18,7 +18,7 @@ twice or skipped (from the origins' reported sample positions). The machine's lo
 printed beside, since everything shares its cores.
 
   python bench/faults.py [--phase-iterations 10] [--pause-s 10] [--only pause,restart]
-Last line: RESULT recovery_s_max=... lost=... reinit_stages=... twice=... skipped=... unsummarised=... load=...
+Last line: RESULT recovery_s_max=... lost=... reinit_stages=... twice=... skipped=... unsummarised=... exited=... load=...
 """
 import argparse
 import asyncio
@@ -96,7 +96,10 @@ class Storm:
                 "--host-maddrs", *LOOPBACK, "--cache-dir", str(self.tmp / "cache"),
                 "--identity", str(self.tmp / f"peer{slot}.key"), "--stage", str(STAGES[slot]),
                 "--checkpoint-dir", str(self.tmp / "checkpoints"), *extra]
-        self.procs[slot] = start_peer(args, self.tmp / f"peer{slot}.log")
+        log, n = self.tmp / f"peer{slot}.log", 1
+        while log.exists():           # a restarted peer keeps the log of the one it replaces
+            log, n = self.tmp / f"peer{slot}.{n}.log", n + 1
+        self.procs[slot] = start_peer(args, log)
 
     def signal(self, slot: int, sig: int) -> None:
         os.killpg(self.procs[slot].pid, sig)            # its own session: the group is its pid
@@ -156,6 +159,7 @@ def measure(storm: Storm, fault: str, fault_at: float, first: int, marks_before:
             break
     return {"fault": fault, "normal_s": normal, "recovery_s": recovered, "lost": sum(r.lost for r in after),
             "slowest_s": max((r.duration_s for r in after), default=0.0), "iterations": len(after),
+            "exited": sorted(slot for slot, proc in storm.procs.items() if proc.poll() is not None),
             "reinit": storm.log_count(FRESH_MARK) - marks_before[0],
             "from_checkpoint": storm.log_count(CHECKPOINT_MARK) - marks_before[1]}
 
@@ -222,6 +226,8 @@ def print_row(r: dict) -> None:
     print(f"   {r['fault']:8s} normal {r['normal_s']:.2f} s  back within 20% after {rec} s  slowest {r['slowest_s']:.1f} s"
           f"  lost {r['lost']}  fresh stages {r['reinit']}  from a checkpoint {r['from_checkpoint']}"
           f"  ({r['iterations']} iterations)", flush=True)
+    if r["exited"]:   # e.g. a restarted peer that could not join: the phase did not test what it says
+        print(f"   peers that exited: {r['exited']} (their logs: peerN*.log)", flush=True)
 
 
 def main() -> int:
@@ -238,7 +244,7 @@ def main() -> int:
     print(f"samples trained twice: {twice}; skipped: {skipped}; iterations no coordinator summarised: {unread}")
     print(f"RESULT recovery_s_max={worst:.1f} lost={sum(r['lost'] for r in rows)} "
           f"reinit_stages={sum(r['reinit'] for r in rows)} twice={twice} skipped={skipped} unsummarised={unread} "
-          f"faults={len(rows)} load={os.getloadavg()[0]:.1f}")
+          f"faults={len(rows)} exited={len(rows[-1]['exited']) if rows else 0} load={os.getloadavg()[0]:.1f}")
     return 0
 
 

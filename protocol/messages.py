@@ -43,10 +43,10 @@ class RunSpec:
     # v1.4: microbatches per iteration, split among the data nodes by speed; churn changes who
     # computes them, never how many (0 = microbatches_per_origin on every data node)
     global_batch: int = 0
-    # v1.7: when the replicas' averaged gradients are applied: "sync" at the end of their own
+    # v1.8: when the replicas' averaged gradients are applied: "sync" at the end of their own
     # iteration (the exchange on the critical path), "delayed" one iteration later (the exchange
     # overlaps the next iteration's work; peer/pipeline/averaging.py). Absent (an older
-    # coordinator): sync, what every peer before 1.7 does.
+    # coordinator): sync, what every peer before 1.8 does.
     gradient_exchange: str = "sync"
 
     def __post_init__(self):
@@ -253,7 +253,7 @@ class StateReply:
     step_count: int                   # optimizer steps taken (warm-up position)
     adam_step: int
     tensor: TensorPayload             # float32 elements [offset, offset + len)
-    # v1.7 (gradient_exchange "delayed"): the iteration whose averaged update the donor has not
+    # v1.8 (gradient_exchange "delayed"): the iteration whose averaged update the donor has not
     # applied yet (-1: none); the joiner takes part in it (a zero share of its own)
     pending: int = -1
 
@@ -317,6 +317,13 @@ class ProgressRecord:
 
     peer_id: str
     reports: tuple[IterationReport, ...]
+    # v1.7: when the peer stored it (its wall clock), re-stored every few seconds even while no
+    # iteration ends: a stalled swarm shows as fresh records with old iterations (0: unknown)
+    written_at: float = 0.0
+
+    def __post_init__(self):
+        if not (math.isfinite(self.written_at) and self.written_at >= 0):
+            raise FieldError("written_at", "must be finite and >= 0")
 
 
 DATA_CHUNK_BYTES = 1 << 20           # one DataReply carries at most this much of a file

@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 from peer.compute.runner import StageRunner
 from peer.pipeline.checkpoint import CheckpointStore
+from peer.pipeline.speed_meter import SpeedMeter, probe_forward, stage_layers
 
 logger = logging.getLogger(__name__)
 RunnerFactory = Callable[[int], StageRunner]
@@ -26,6 +27,7 @@ class StageSeat:
         self.pending_iteration: int | None = None   # delayed updates: the one whose average is in flight
         self.stepping = False                 # an averaged update is being applied right now
         self.stale_starts = 0                 # stages taken mid-run without their current state
+        self.speed = SpeedMeter()             # measured forward speed, advertised (speed_meter.py)
         # one thread: compute stays off the event loop (heartbeats keep flowing) and in order
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compute")
 
@@ -41,6 +43,30 @@ class StageSeat:
         (delayed updates) after the one pending."""
         last = self.stepped_iteration if self.pending_iteration is None else self.pending_iteration
         return last + 1
+
+    async def forward(self, fn: Callable, key, tensor) -> Any:
+        """A forward of this stage, timed for the speed meter: its compute (times an emulated
+        slowdown), not its wait for the compute thread, which says more of our schedule than
+        of this machine."""
+        took = []
+
+        def timed(*args):
+            started = time.monotonic()
+            try:
+                return fn(*args)
+            finally:
+                took.append(time.monotonic() - started)
+        out = await self.compute(timed, key, tensor)
+        self.speed.observe(took[0] * self.slowdown, stage_layers(self.runner), tensor.shape[0])
+        return out
+
+    async def probe_speed(self, samples: int, seq_len: int) -> None:
+        """Time a probe forward when no real one came for a while (a demoted peer's way back)."""
+        if self.runner is None or not self.speed.probe_due():
+            return
+        started = time.monotonic()
+        if await self.compute(probe_forward, self.runner, samples, seq_len):
+            self.speed.observe((time.monotonic() - started), stage_layers(self.runner), samples)
 
     def set_slowdown(self, factor: float) -> None:
         self.slowdown = factor
