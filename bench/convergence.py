@@ -11,11 +11,17 @@ model is checkpointed per stage and `skippipe-coordinator eval --omit 0.5` measu
 
   python bench/convergence.py [--steps 120] [--out DIR]
 Writes DIR/convergence.png. Last line: RESULT loss_k0=.. loss_k025=.. loss_k05=.. ...
+
+  python bench/convergence.py --exchange-compare [--seeds 0 1 2]
+SkipPipe (k = 1/3) with the replicas' synchronous exchange and with delayed updates
+(RunSpec.gradient_exchange) at equal tokens, per seed; target (issue 26): delayed within 1% of
+sync held-out loss. Last line: RESULT loss_sync=.. loss_delayed=.. delayed_vs_sync_pct=..
 """
 import argparse
 import asyncio
 import json
 import math
+import os
 import random
 import subprocess
 import sys
@@ -53,6 +59,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--share-dtype", choices=m.SHARE_DTYPES, default=WorkerSettings.share_dtype,
                    help="gradient shares between replicas (default: the peers' default, %(default)s)")
     p.add_argument("--out", type=Path, help="folder for the plot and checkpoints (default: a temporary one)")
+    p.add_argument("--exchange-compare", action="store_true",
+                   help="compare the synchronous exchange with delayed updates at k = 1/3 instead")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0], help="seeds for --exchange-compare")
     return p.parse_args()
 
 
@@ -65,13 +74,14 @@ def schedule_for(args, k: float):
     return plan(topo, cfg, args.seed)
 
 
-def train(args, k: float, train_set: TextDataset, held_out, folder: Path, wire_compression: str = "off") -> dict:
+def train(args, k: float, train_set: TextDataset, held_out, folder: Path, wire_compression: str = "off",
+          gradient_exchange: str = "sync") -> dict:
     """`wire_compression`: what the peers send between hops (off: floats; int8/int4 on every
-    link, bench/compression.py)."""
+    link, bench/compression.py); `gradient_exchange`: RunSpec.gradient_exchange."""
     spec = m.RunSpec(run="conv", model="tiny", num_stages=args.stages, skip_ratio=k, seed=args.seed,
                      microbatch_samples=args.samples, seq_len=args.seq_len,
                      microbatches_per_origin=args.microbatches, learning_rate=args.lr, warmup_steps=5,
-                     max_steps=args.steps)
+                     max_steps=args.steps, gradient_exchange=gradient_exchange)
     schedule = schedule_for(args, k)
     t0 = time.monotonic()
     workers = asyncio.run(run_memory_swarm(spec, schedule, batch_fn(spec, train_set), timeout=3600,
@@ -87,7 +97,7 @@ def train(args, k: float, train_set: TextDataset, held_out, folder: Path, wire_c
     stages = [by_stage[s].module.eval() for s in range(args.stages)]
     loss = math.log(perplexity(stages, tuple(range(args.stages)), held_out))
     lost = sum(o.lost for w in origins for o in w.ledger.history)
-    print(f"k={k} wire {wire_compression}: {len(schedule.routes)} microbatches/iteration, {tokens} tokens, train loss "
+    print(f"k={k} wire {wire_compression} exchange {gradient_exchange}: {len(schedule.routes)} microbatches/iteration, {tokens} tokens, train loss "
           f"{curve[0]:.3f} -> {curve[-1]:.3f}, held-out loss {loss:.4f}, lost {lost}, "
           f"{time.monotonic() - t0:.0f}s", flush=True)
     sent = {c: sum(w.sender.wire.sent[c] for w in workers.values()) for c in ("off", "int8", "int4")}
@@ -118,6 +128,24 @@ def plot(results: list[dict], path: Path, seq_tokens_per_step: int) -> None:
     fig.savefig(path, dpi=100)
 
 
+def compare_exchanges(args, train_set: TextDataset, held_out, out: Path) -> int:
+    """Sync against delayed updates at k = 1/3, per seed, at equal tokens."""
+    loss = {"sync": [], "delayed": []}
+    for seed in args.seeds:
+        args.seed = seed
+        for mode in loss:
+            r = train(args, 1 / 3, train_set, held_out, out / f"x-{mode}-s{seed}", gradient_exchange=mode)
+            loss[mode].append(r["held_out_loss"])
+        print(f"seed {seed}: held-out loss sync {loss['sync'][-1]:.4f}, delayed {loss['delayed'][-1]:.4f} "
+              f"({100 * (loss['delayed'][-1] / loss['sync'][-1] - 1):+.2f}%)", flush=True)
+    sync, delayed = (sum(v) / len(v) for v in (loss["sync"], loss["delayed"]))
+    pct = [100 * (d / s - 1) for s, d in zip(loss["sync"], loss["delayed"])]
+    print(f"RESULT loss_sync={sync:.4f} loss_delayed={delayed:.4f} delayed_vs_sync_pct={100 * (delayed / sync - 1):.2f} "
+          f"pct_min={min(pct):.2f} pct_max={max(pct):.2f} seeds={len(pct)} steps={args.steps} "
+          f"load={os.getloadavg()[0]:.1f}", flush=True)
+    return 0
+
+
 def main() -> int:
     args = parse_args()
     torch.set_num_threads(1)
@@ -125,6 +153,8 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     train_set, held = TextDataset(load_corpus()).split()
     held_out = list(held.eval_batches(samples=8, seq_len=args.seq_len, max_batches=16))
+    if args.exchange_compare:
+        return compare_exchanges(args, train_set, held_out, out)
     results = [train(args, k, train_set, held_out, out / f"k{k:g}") for k in SKIPS]
     assert len({r["tokens"] for r in results}) == 1, "runs saw different numbers of tokens"
     plot(results, out / "convergence.png", results[0]["tokens"] // args.steps)

@@ -39,6 +39,7 @@ Last line: RESULT ratio=<skippipe/full measured> sim_fidelity_full=<..> sim_fide
 import argparse
 import dataclasses
 import json
+import os
 import random
 import statistics
 import subprocess
@@ -50,7 +51,7 @@ from pathlib import Path
 from coordinator.planner.partition import data_node_count
 from coordinator.planner.presets import make_topology
 from coordinator.planner.rules import path_length
-from protocol.messages import SHARE_DTYPES
+from protocol.messages import GRADIENT_EXCHANGES, SHARE_DTYPES
 from protocol.topology import topology_to_json
 
 DIM, SEQ_LEN, SAMPLES = 64, 64, 4          # the tiny model, as the swarm runs it
@@ -79,6 +80,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--bandwidth-scale", type=positive, default=0.02, help="multiply the preset's bandwidths (see above)")
     p.add_argument("--share-dtype", choices=SHARE_DTYPES, default=None,
                    help="the peers' --share-dtype (default: theirs)")
+    p.add_argument("--gradient-exchange", choices=GRADIENT_EXCHANGES, default=None,
+                   help="the run's --gradient-exchange, both strategies (default: the launcher's)")
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--keep", type=Path, help="keep topology, summaries and logs in this folder")
     p.add_argument("--log-level", default="WARNING", help="the swarm's log level (DEBUG: per-peer step times)")
@@ -119,6 +122,8 @@ def run_swarm(args, topology: Path, folder: Path, strategy: str, skip: str, micr
            "--announce-period", "5"]   # a shared 2-core box delays adverts: do not mistake that for churn
     if args.share_dtype:
         cmd += ["--share-dtype", args.share_dtype]
+    if args.gradient_exchange:
+        cmd += ["--gradient-exchange", args.gradient_exchange]
     cmd += list(extra)
     print(f"== {label} (k={skip}): {' '.join(cmd[1:])}", flush=True)
     t0 = time.monotonic()
@@ -158,7 +163,8 @@ def main() -> int:
           f"unmodelled_skippipe_s={skip['measured'] - skip['predicted']:.3f} "
           f"lost={full['lost'] + skip['lost']} nodes={args.nodes} stages={args.stages} "
           f"microbatches_full={full['per_iteration']:g} microbatches_skippipe={skip['per_iteration']:g} "
-          f"latency_scale={args.latency_scale:g} bandwidth_scale={args.bandwidth_scale:g}", flush=True)
+          f"latency_scale={args.latency_scale:g} bandwidth_scale={args.bandwidth_scale:g} "
+          f"gradient_exchange={args.gradient_exchange or 'default'} load={os.getloadavg()[0]:.1f}", flush=True)
     return 0
 
 

@@ -17,6 +17,9 @@ MAX_BYTES_PER_PARAM = 8          # a share's dtype is at most float64
 MAX_FWD_S_PER_LAYER_SAMPLE = 600.0   # 10 minutes per layer and sample: no real device
 MAX_MEMORY_BYTES = 1 << 50       # 1 PiB on one peer is a lie
 MAX_MEMORY_MICROBATCHES = 1 << 16
+# RunSpec.gradient_exchange came with protocol 1.8: an older peer drops the field and steps
+# synchronously, so in a delayed run it would part from its replicas
+DELAYED_EXCHANGE_SINCE = (1, 8)
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,9 @@ def advert_problem(a: PeerAdvert, spec: RunSpec, facts: ModelFacts | None) -> st
     if a.num_layers < 1 or a.activation_bytes_per_sample < 1 or a.param_bytes_per_layer < 1 \
             or a.stage0_extra_param_bytes < 0:
         return "model shape missing (layers, activation or parameter sizes)"
+    if spec.gradient_exchange != "sync" and tuple(a.protocol_version) < DELAYED_EXCHANGE_SINCE:
+        return (f"speaks protocol {'.'.join(map(str, a.protocol_version))}: the run's delayed updates "
+                f"(--gradient-exchange) need {'.'.join(map(str, DELAYED_EXCHANGE_SINCE))} or newer")
     if facts is None:
         return None
     if a.num_layers != facts.num_layers:

@@ -52,6 +52,7 @@ def spec_from_config(config: CoordinatorConfig, data: RunData | None = None) -> 
                    skip_ratio=config.skip_ratio, seed=config.seed,
                    microbatch_samples=config.microbatch_samples, seq_len=config.seq_len,
                    microbatches_per_origin=config.microbatches_per_origin, global_batch=config.global_batch,
+                   gradient_exchange=config.gradient_exchange,
                    learning_rate=config.learning_rate, warmup_steps=config.warmup_steps,
                    max_steps=config.max_steps)
 
@@ -390,7 +391,8 @@ def run_coordinator(config: CoordinatorConfig, run_data: RunData | None = None) 
 # the run spec's fields that a coordinator flag sets, for error messages
 SPEC_FLAGS = {"learning_rate": "--lr", "warmup_steps": "--warmup", "max_steps": "--steps", "skip_ratio": "--skip",
               "num_stages": "--stages", "microbatch_samples": "--microbatch-samples", "seq_len": "--seq-len",
-              "microbatches_per_origin": "--microbatches", "global_batch": "--global-batch", "run": "--run"}
+              "microbatches_per_origin": "--microbatches", "global_batch": "--global-batch", "run": "--run",
+              "gradient_exchange": "--gradient-exchange"}
 
 
 def print_summary(s: IterationSummary) -> None:

@@ -18,6 +18,7 @@ class CoordinatorConfig:
     seq_len: int = 64
     microbatches_per_origin: int = 4
     global_batch: int = 0                   # microbatches per iteration, whoever computes them; 0 = per origin
+    gradient_exchange: str = "sync"         # --gradient-exchange: RunSpec.gradient_exchange
     learning_rate: float = 3e-3
     warmup_steps: int = 5
     host_maddrs: tuple[str, ...] = ("/ip4/0.0.0.0/tcp/0",)

@@ -40,7 +40,8 @@ def run_config_fields(args: argparse.Namespace) -> dict:
     return dict(run=args.run, model=args.arch.name, model_config=to_spec_json(args.arch), num_stages=args.stages,
                 skip_ratio=args.skip, strategy=args.strategy, seed=args.seed, max_steps=args.steps,
                 microbatch_samples=args.microbatch_samples, seq_len=args.seq_len,
-                microbatches_per_origin=args.microbatches, global_batch=args.global_batch, learning_rate=args.lr, status_port=args.status_port,
+                microbatches_per_origin=args.microbatches, global_batch=args.global_batch,
+                gradient_exchange=args.gradient_exchange, learning_rate=args.lr, status_port=args.status_port,
                 join_key_path=args.join_key, data_dir=args.data, tokenizer=args.tokenizer,
                 checkpoint_dir=args.checkpoint_dir, wire_compression=args.wire_compression)
 

@@ -144,7 +144,8 @@ def to_topology(snapshot: SwarmSnapshot, spec: RunSpec, pinned: dict[str, int]) 
         activation_bytes_per_sample=max(a.activation_bytes_per_sample for a in adverts),
         memory_microbatches=max(1, min(a.memory_microbatches for a in adverts)),
         stage_sizes=spec.stage_sizes, param_bytes_per_layer=max(a.param_bytes_per_layer for a in adverts),
-        stage0_extra_param_bytes=max(a.stage0_extra_param_bytes for a in adverts), global_batch=spec.global_batch)
+        stage0_extra_param_bytes=max(a.stage0_extra_param_bytes for a in adverts), global_batch=spec.global_batch,
+        delayed_exchange=spec.gradient_exchange == "delayed")
     nodes = tuple(Node(id=p, fwd_s_per_layer_sample=max(a.fwd_s_per_layer_sample, MIN_FWD_S),
                        location=a.public_name, memory_microbatches=a.memory_microbatches,
                        stage=pinned.get(p, a.stage if 0 <= a.stage < spec.num_stages else -1))

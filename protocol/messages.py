@@ -12,6 +12,9 @@ from protocol.tensors import TensorChunk, TensorPayload
 MAX_LEARNING_RATE = 1.0     # Adam(W) above this diverges on any model: a forged or mistyped spec
 
 
+GRADIENT_EXCHANGES = ("sync", "delayed")     # RunSpec.gradient_exchange
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """Written by the coordinator: everything a peer needs to build its stage and train."""
@@ -40,9 +43,16 @@ class RunSpec:
     # v1.4: microbatches per iteration, split among the data nodes by speed; churn changes who
     # computes them, never how many (0 = microbatches_per_origin on every data node)
     global_batch: int = 0
+    # v1.8: when the replicas' averaged gradients are applied: "sync" at the end of their own
+    # iteration (the exchange on the critical path), "delayed" one iteration later (the exchange
+    # overlaps the next iteration's work; peer/pipeline/averaging.py). Absent (an older
+    # coordinator): sync, what every peer before 1.8 does.
+    gradient_exchange: str = "sync"
 
     def __post_init__(self):
         check_run_name(self.run)
+        if self.gradient_exchange not in GRADIENT_EXCHANGES:
+            raise FieldError("gradient_exchange", f"must be one of {', '.join(GRADIENT_EXCHANGES)}")
         if self.num_stages < 1:
             raise FieldError("num_stages", "must be >= 1")
         if not 0.0 <= self.skip_ratio < 1.0:
@@ -243,6 +253,9 @@ class StateReply:
     step_count: int                   # optimizer steps taken (warm-up position)
     adam_step: int
     tensor: TensorPayload             # float32 elements [offset, offset + len)
+    # v1.8 (gradient_exchange "delayed"): the iteration whose averaged update the donor has not
+    # applied yet (-1: none); the joiner takes part in it (a zero share of its own)
+    pending: int = -1
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,8 @@ class Workload:
     stage0_extra_param_bytes: int = 0         # stage 0's embedding + head, beyond its layers
     global_batch: int = 0                     # microbatches per iteration, split among the data nodes
                                               # by speed; 0 = microbatches_per_data_node each
+    delayed_exchange: bool = False            # RunSpec.gradient_exchange == "delayed": the replicas'
+                                              # exchange overlaps the next iteration (planner/steady.py)
 
     def __post_init__(self):
         for name in ("num_layers", "num_stages", "microbatch_samples",

@@ -13,7 +13,10 @@
   its layers, plus the embedding and head on stage 0)
   to every other one directly and steps once it has all the others' (it does not wait for the
   acks of its own, peer/pipeline/averaging.py): the slowest pair's bytes / bandwidth + latency
-  (+ hop_s); zero for one replica or param_bytes_per_layer=0.
+  (+ hop_s); zero for one replica or param_bytes_per_layer=0. With delayed updates
+  (Workload.delayed_exchange, RunSpec.gradient_exchange "delayed") a replica steps at the end of
+  iteration i with the shares of iteration i - 1, so the exchange is on the critical path only
+  where it takes longer than an iteration (steady.py carries it into the next iteration).
 - the iteration boundary (coordinator/planner/steady.py): IterationDone notices, the shares
   above, the optimizer step (overheads.step_s_per_param) and the gap between iterations.
 
@@ -149,6 +152,7 @@ class CostModel:
         self.head_list = self.head.tolist()
         self.param_bytes_per_layer = w.param_bytes_per_layer
         self.stage0_extra_param_bytes = w.stage0_extra_param_bytes
+        self.delayed_exchange = w.delayed_exchange
 
     def _codecs(self, topology: Topology, wire) -> list[list[str]]:
         if isinstance(wire, str):

@@ -66,7 +66,10 @@ class PartitionScore:
         same_stage = members[:, :, None] & members[:, None, :]
         avg = float(np.where(same_stage, self.pair_share, 0.0).max())  # the slowest stage's exchange
         waves = trip * self.waves[origins]
-        return max(bound, float(waves.max())) + 0.1 * float(waves.mean()) + avg
+        score = max(bound, float(waves.max())) + 0.1 * float(waves.mean())
+        if self.c.delayed_exchange:      # the exchange overlaps the next iteration: only its excess counts
+            return score + max(0.0, avg - score)
+        return score + avg
 
     def _detours(self, members: np.ndarray, origins: np.ndarray, own: np.ndarray) -> np.ndarray:
         detour = self.c.round_trip[origins] + own[None, :]              # [origin, node]

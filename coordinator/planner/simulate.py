@@ -23,7 +23,8 @@ Model (hand-checkable, see tests/unit/coordinator/test_simulate.py):
 - If memory deadlocks, a forward runs over the limit (counted in `memory_overflows`), so the
   simulation always ends.
 - At the end every stage averages its replicas: iteration time = max over stages of
-  (last backward on that stage + averaging cost).
+  (last backward on that stage + averaging cost; without the averaging with delayed updates,
+  Workload.delayed_exchange: steady.py prices that exchange against the next iteration).
 - `available` (optional, per node id): a node starts nothing before that time (it is still
   busy with the previous iteration: coordinator/planner/steady.py). Default: all free at 0.
 """
@@ -248,7 +249,8 @@ def simulate(schedule: Schedule, topology: Topology, cost: CostModel | None = No
         if a.peer in cost.index:
             replicas.setdefault(a.stage, []).append(cost.index[a.peer])
     averaging = {s: cost.averaging(s, r) for s, r in sorted(replicas.items()) if s < len(cost.layers)}
-    finish = {s: last_b.get(s, 0.0) + averaging.get(s, 0.0) for s in sorted(set(last_b) | set(averaging))}
+    on_path = 0.0 if cost.delayed_exchange else 1.0     # delayed updates: the exchange overlaps the next iteration
+    finish = {s: last_b.get(s, 0.0) + on_path * averaging.get(s, 0.0) for s in sorted(set(last_b) | set(averaging))}
     total = max(finish.values(), default=0.0)
     frac = {i: (b / total if total > 0 else 0.0) for i, b in busy.items()}
     return SimResult(total, busy, frac, intervals, finish, averaging, sim.overflows)

@@ -7,7 +7,9 @@ iteration also has a boundary, and the next iteration starts while parts of it s
   IterationDone to every peer; another peer is done once it has all origins' notices;
 - every done peer sends its gradients to the other replicas of its stage and waits for their
   shares (CostModel.share / averaging; not for the acks of its own), then steps the optimizer
-  (CostModel.step);
+  (CostModel.step); with delayed updates (Workload.delayed_exchange) it waits instead for the
+  shares of the iteration before, sent one boundary earlier (Boundary.arrival_s carried into
+  the next round), so the exchange delays it only where it outlasts an iteration;
 - before the next iteration each peer finishes its schedule read (started when its work
   ended; an origin's progress report goes out in the background), Overheads.origin_gap_s and
   peer_gap_s; then it starts: an origin its forwards, another peer
@@ -34,6 +36,7 @@ class Boundary:
     done_s: dict[str, float]       # end of the node's work, incl. (non-origins) all IterationDone notices
     exchanged_s: dict[str, float]  # every other replica's gradients received
     end_s: dict[str, float]        # after the optimizer step
+    arrival_s: dict[str, float] | None = None   # delayed updates: this iteration's shares all in
 
 
 @dataclass(frozen=True)
@@ -48,8 +51,11 @@ class Prediction:
     period_s: float = 0.0          # first origin's start to the next iteration's first start (steady)
 
 
-def boundary(schedule: Schedule, sim: SimResult, cost: CostModel, start: dict[str, float]) -> Boundary:
-    """Times (on the iteration's clock) each node of `schedule` ends the iteration's phases."""
+def boundary(schedule: Schedule, sim: SimResult, cost: CostModel, start: dict[str, float],
+             earlier: dict[str, float] | None = None) -> Boundary:
+    """Times (on the iteration's clock) each node of `schedule` ends the iteration's phases.
+    `earlier` (delayed updates): when the previous iteration's shares were all in, on this
+    iteration's clock (none: the first iteration, nothing pending)."""
     stage_of, lat = schedule.stage_of(), cost.latency
     idx = {p: cost.index[p] for p in stage_of if p in cost.index}
     last = {p: start.get(p, 0.0) for p in idx}
@@ -60,16 +66,17 @@ def boundary(schedule: Schedule, sim: SimResult, cost: CostModel, start: dict[st
     for p, i in idx.items():
         notices = [last[o] + cost.overheads.hop_s + float(lat[cost.index[o], i]) for o in origins if o != p]
         done[p] = last[p] if stage_of[p] == 0 else max([last[p], *notices])
-    exchanged, end = {}, {}
+    exchanged, end, arrival = {}, {}, {}
     for p, i in idx.items():
         s = stage_of[p]
         others = [cost.index[r] for r in idx if r != p and stage_of[r] == s]
-        t = done[p]
+        t = arrival[p] = done[p]
         if others and cost.stage_param_bytes(s) > 0:
-            t = max(t, *(done[cost.topology.node_ids[j]] + cost.share(s, j, i) for j in others))
+            arrival[p] = max(t, *(done[cost.topology.node_ids[j]] + cost.share(s, j, i) for j in others))
+            t = max(t, (earlier or {}).get(p, 0.0)) if cost.delayed_exchange else arrival[p]
         exchanged[p] = t
         end[p] = t + cost.step(s) if s < len(cost.layers) else t
-    return Boundary(done, exchanged, end)
+    return Boundary(done, exchanged, end, arrival if cost.delayed_exchange else None)
 
 
 def _measured(start: dict[str, float], b: Boundary, origins: list[str]) -> float:
@@ -87,14 +94,17 @@ def predict(schedule: Schedule, topology: Topology, cost: CostModel | None = Non
     times: list[float] = []
     periods: list[float] = []
     overflows = 0
+    earlier: dict[str, float] | None = None     # delayed updates: the previous round's shares
     for k in range(1, max(1, rounds) + 1):
         sim = simulate(schedule, topology, cost, available=start)
         overflows = max(overflows, sim.memory_overflows)
-        b = boundary(schedule, sim, cost, start)
+        b = boundary(schedule, sim, cost, start, earlier)
         times.append(_measured(start, b, origins) if origins else sim.iteration_time_s)
         nxt = {p: t + (ov.origin_gap_s if stage_of[p] == 0 else ov.peer_gap_s) for p, t in b.end_s.items()}
         base = min((nxt[o] for o in origins), default=0.0)     # the next iteration's first start
         periods.append(base)
+        if b.arrival_s is not None:
+            earlier = {p: t - base for p, t in b.arrival_s.items()}
         nxt = {p: max(0.0, t - base) for p, t in nxt.items()}
         if all(abs(nxt[p] - start.get(p, 0.0)) < SETTLED_S for p in nxt):
             break

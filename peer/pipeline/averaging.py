@@ -184,15 +184,35 @@ class ShareDeliveries:
             task.cancel()
 
 
+@dataclass
+class Pending:
+    """Delayed exchange: our share of `iteration` is out, the average waits for the end of the
+    next iteration (or a flush)."""
+    iteration: int
+    schedule: Schedule
+    mine: Contribution
+    outbound: Outbound
+
+
 class GradientExchange:
     """The end of each iteration for our stage: our share out to the other replicas (in the
     background, through the sender), theirs in (`shares`, filled by the handlers), then the
-    averaged step on the seat's runner."""
+    averaged step on the seat's runner.
+
+    `delayed` (RunSpec.gradient_exchange "delayed"): iteration i's average is applied at the
+    end of iteration i + 1, so its shares travel while i + 1 computes; iteration i trains with
+    the parameters of the updates up to i - 2. A stage without other replicas steps at once.
+    `pending` holds the exchange in flight; flush() applies it now (the worker does before a
+    checkpoint, at the run's end and when the epoch changes, so a state copied to a joiner and
+    a saved one have no update in flight)."""
 
     def __init__(self, me: str, run: str, settings: WorkerSettings, seat: StageSeat, ledger: Ledger,
-                 sender: Sender, report: Callable[[SpotCheckReport], None] = lambda r: None):
+                 sender: Sender, report: Callable[[SpotCheckReport], None] = lambda r: None,
+                 delayed: bool = False):
         self.me, self.run, self.settings = me, run, settings
         self.seat, self.ledger, self.health = seat, ledger, sender.health
+        self.delayed = delayed
+        self._pending: Pending | None = None
         self.shares = ShareBox()
         self.left_out: set[str] = set()      # replicas whose shares robust_shares.outliers left out
         self.unanswered: set[str] = set()    # replicas we averaged without last time (no share came)
@@ -209,55 +229,118 @@ class GradientExchange:
         left out in seconds, and a merely busy one, whose pings time out, still gets time."""
         return Patience(max(SHARE_PATIENCE_MIN_S, SHARE_PATIENCE_ITERATIONS * self.ledger.typical_iteration_s()))
 
-    async def average_and_step(self, i: int, schedule: Schedule, outcome: IterationOutcome) -> None:
-        """End of iteration `i`: exchange gradients with the stage's other replicas, average
-        what arrived, step the optimizer."""
+    async def average_and_step(self, i: int, schedule: Schedule, outcome: IterationOutcome) -> int | None:
+        """End of iteration `i`: our share out to the stage's other replicas; then (sync) average
+        what arrived and step, or (delayed) step with the average of the exchange pending from
+        the iteration before. Returns the iteration whose update was applied (None: none)."""
         seat, r = self.seat, self.seat.runner
         replicas = [p for p in pv.replicas(schedule, seat.stage) if p != self.me]
-        others = [p for p in replicas if p not in self.bans.banned]   # whose shares we take
         mine = Contribution(await seat.compute(r.grad_vector), r.samples_this_step, outcome.loss_sum)
-        if replicas:
-            payload, scales, vector = await seat.compute(encode_share, mine.vector, self.settings.share_dtype)
-            mine = Contribution(vector, mine.samples, mine.loss_sum)
-            share = m.GradientShare(self.run, schedule.epoch, i, seat.stage, mine.samples, payload,
-                                    mine.loss_sum, scales)
-            # in the background (no ack wait); a banned replica still gets ours: not to stall it
-            outbound = self.deliveries.start(replicas, share)
-            # replicas may legitimately still be working: wait as long as an iteration may take,
-            # but not for one that died (its gradients died with it) or would not take ours
-            self.ledger.awaiting_shares = set(others)  # recovery heartbeats them while we wait
-            patience, brief = self._share_patience(), Patience(UNANSWERED_PATIENCE_S)
-            if i == schedule.start_iteration:
-                # a new epoch's first iteration: a replica joining or rejoining takes our state
-                # of this boundary while we wait for its share, so we wait as long as it takes
-                patience = brief = Patience(float("inf"))
+        if not replicas:
+            if self.pending is not None:           # (an epoch change flushes before this already)
+                await self.flush()                 # its step took our gradients along: put them back
+                await seat.compute(r.set_grad_vector, mine.vector, mine.samples)
+            stats = await seat.compute(r.step)
+            seat.stepped_iteration = i
+            logger.debug("iteration %d stage %d step: %s", i, seat.stage, stats)
+            return i
+        pending = Pending(i, schedule, *await self._share_out(i, schedule, mine, replicas))
+        if not self.delayed or i == schedule.start_iteration:
+            # an epoch's first iteration is synchronous: a replica that joins at it copies our
+            # state of its start (nothing pending: the worker flushed) and we wait for its share
+            await self.flush()
+            await self._apply(pending)
+            return i
+        await seat.compute(r.abandon)              # our gradients are in the share: clear them
+        applied = await self.flush()
+        self.pending = pending
+        return applied
 
-            def given_up(p: str) -> bool:
-                suspect = self.health.suspect(p)
-                return outbound.gone(p, suspect) or (suspect and (
-                    patience.expired() or (p in self.unanswered and brief.expired())))
-            try:
-                got = await self.shares.collect(i, seat.stage, set(others), self.settings.iteration_timeout_s,
-                                                gone=given_up)
-            finally:
-                self.ledger.awaiting_shares = set()
-            contributions = {**got, self.me: mine}
-            poisoned = await seat.compute(outliers, {p: (c.vector, c.samples) for p, c in contributions.items()},
-                                          self.me)
-            if poisoned:
-                logger.warning("iteration %d: left out the gradient share(s) of %s: per-sample norm over %gx the "
-                               "replicas' typical one (a broken or poisoned replica)", i,
-                               [p[:12] for p in sorted(poisoned)], OUTLIER_FACTOR)
-                self.left_out.update(poisoned)
-            self._ban_repeated(schedule, i, contributions, poisoned)
-            result = combine({p: c for p, c in contributions.items() if p not in poisoned}, [self.me, *others])
-            # a replica still silent after we averaged without it is not waited for again
-            self.unanswered = set(result.missing) - set(got)
-            if result.missing:
-                logger.warning("iteration %d: no gradients from replica(s) %s; averaging without them",
-                               i, [p[:12] for p in result.missing])
+    @property
+    def pending(self) -> Pending | None:
+        return self._pending
+
+    @pending.setter
+    def pending(self, value: Pending | None) -> None:
+        self._pending = value
+        self.seat.pending_iteration = None if value is None else value.iteration   # StateDonor reads it
+
+    async def flush(self) -> int | None:
+        """Apply the pending exchange now, if any; the iteration it was for."""
+        pending = self.pending
+        if pending is None:
+            return None
+        await self._apply(pending)
+        self.pending = None
+        return pending.iteration
+
+    def drop_pending(self) -> None:
+        """Forget the exchange in flight (we abandon our state: a rejoin or a new stage)."""
+        self.pending = None
+
+    def take_on(self, iteration: int, schedule: Schedule) -> None:
+        """A replica's state came with `iteration`'s update still pending (StateReply.pending):
+        take part in it with a zero share, so that we apply what the replicas apply."""
+        zero = torch.zeros(self.seat.runner.num_parameters())
+        replicas = [p for p in pv.replicas(schedule, self.seat.stage) if p != self.me]
+        payload, scales, _ = encode_share(zero, self.settings.share_dtype)
+        share = m.GradientShare(self.run, schedule.epoch, iteration, self.seat.stage, 0, payload, 0.0, scales)
+        self.pending = Pending(iteration, schedule, Contribution(zero, 0), self.deliveries.start(replicas, share))
+
+    async def _share_out(self, i: int, schedule: Schedule, mine: Contribution,
+                         replicas: list[str]) -> tuple[Contribution, Outbound]:
+        """Our share (as the replicas decode it: all combine the same vectors) on its way, in
+        the background (no ack wait); a banned replica still gets ours: not to stall it."""
+        payload, scales, vector = await self.seat.compute(encode_share, mine.vector, self.settings.share_dtype)
+        share = m.GradientShare(self.run, schedule.epoch, i, self.seat.stage, mine.samples, payload,
+                                mine.loss_sum, scales)
+        return Contribution(vector, mine.samples, mine.loss_sum), self.deliveries.start(replicas, share)
+
+    async def _apply(self, pending: Pending) -> None:
+        """Wait for the other replicas' shares of `pending`, average, step."""
+        seat, r, i, schedule = self.seat, self.seat.runner, pending.iteration, pending.schedule
+        others = [p for p in pv.replicas(schedule, seat.stage) if p != self.me and p not in self.bans.banned]
+        # replicas may legitimately still be working: wait as long as an iteration may take,
+        # but not for one that died (its gradients died with it) or would not take ours
+        self.ledger.awaiting_shares = set(others)  # recovery heartbeats them while we wait
+        patience, brief = self._share_patience(), Patience(UNANSWERED_PATIENCE_S)
+        if i == schedule.start_iteration:
+            # a new epoch's first iteration: a replica joining or rejoining takes our state
+            # of this boundary while we wait for its share, so we wait as long as it takes
+            patience = brief = Patience(float("inf"))
+        outbound = pending.outbound
+
+        def given_up(p: str) -> bool:
+            suspect = self.health.suspect(p)
+            return outbound.gone(p, suspect) or (suspect and (
+                patience.expired() or (p in self.unanswered and brief.expired())))
+        try:
+            got = await self.shares.collect(i, seat.stage, set(others), self.settings.iteration_timeout_s,
+                                            gone=given_up)
+        finally:
+            self.ledger.awaiting_shares = set()
+        contributions = {**got, self.me: pending.mine}
+        poisoned = await seat.compute(outliers, {p: (c.vector, c.samples) for p, c in contributions.items()},
+                                      self.me)
+        if poisoned:
+            logger.warning("iteration %d: left out the gradient share(s) of %s: per-sample norm over %gx the "
+                           "replicas' typical one (a broken or poisoned replica)", i,
+                           [p[:12] for p in sorted(poisoned)], OUTLIER_FACTOR)
+            self.left_out.update(poisoned)
+        self._ban_repeated(schedule, i, contributions, poisoned)
+        result = combine({p: c for p, c in contributions.items() if p not in poisoned}, [self.me, *others])
+        # a replica still silent after we averaged without it is not waited for again
+        self.unanswered = set(result.missing) - set(got)
+        if result.missing:
+            logger.warning("iteration %d: no gradients from replica(s) %s; averaging without them",
+                           i, [p[:12] for p in result.missing])
+        seat.stepping = True       # the parameters change: a state request waits (StateDonor)
+        try:
             await seat.compute(r.set_grad_vector, result.vector, result.samples)
-        stats = await seat.compute(r.step)
+            stats = await seat.compute(r.step)
+            seat.stepped_iteration = i
+        finally:
+            seat.stepping = False
         logger.debug("iteration %d stage %d step: %s", i, seat.stage, stats)
 
     def _ban_repeated(self, schedule: Schedule, i: int, contributions: dict[str, Contribution],

@@ -70,14 +70,15 @@ class WorkHandlers:
     async def ping(self, remote: str, request: m.Ping) -> m.Pong:
         return m.Pong(request.nonce, request.payload)
 
-    async def _schedule_for(self, header_run: str, epoch: int, iteration: int):
+    async def _schedule_for(self, header_run: str, epoch: int, iteration: int, over_ok: bool = False):
+        """`over_ok`: an iteration before ours is still taken (a delayed update's shares)."""
         w = self.worker
         if w.isolation.away:   # our work was rerouted while we were cut off: take none until we rejoin
             raise Rejected(ErrorCode.SHUTTING_DOWN, "this peer is sitting out a partition until it rejoins")
         if header_run != w.spec.run:
             raise Rejected(ErrorCode.UNKNOWN_RUN, f"this peer serves run {w.spec.run!r}, not {header_run!r}")
         ours = w.ledger.iteration
-        if iteration < ours:
+        if iteration < ours and not over_ok:
             raise Rejected(ErrorCode.ITERATION_OVER, f"iteration {iteration} is over (we are at {ours})")
         if iteration > ours + ITERATIONS_AHEAD:
             raise Rejected(ErrorCode.OVERLOADED, f"iteration {iteration} is too far ahead of ours ({ours})")
@@ -293,7 +294,9 @@ class WorkHandlers:
 
     async def gradient_share(self, remote: str, share: m.GradientShare) -> m.GradientShareAck:
         w = self.worker
-        schedule = await self._schedule_for(share.run, share.epoch, share.iteration)
+        # delayed updates: the exchange of the iteration before ours is still on
+        schedule = await self._schedule_for(share.run, share.epoch, share.iteration,
+                                            over_ok=share.iteration == w.seat.pending_iteration)
         ours = schedule.stage_of().get(w.me)
         if share.stage != ours or remote not in pv.replicas(schedule, share.stage):
             raise Rejected(ErrorCode.WRONG_STAGE, f"{remote[:12]} is not a replica of our stage {ours}")

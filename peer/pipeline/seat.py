@@ -24,6 +24,8 @@ class StageSeat:
         self.runner: StageRunner | None = None
         self.stage: int | None = None
         self.stepped_iteration = -1           # the last iteration whose step is done
+        self.pending_iteration: int | None = None   # delayed updates: the one whose average is in flight
+        self.stepping = False                 # an averaged update is being applied right now
         self.stale_starts = 0                 # stages taken mid-run without their current state
         self.speed = SpeedMeter()             # measured forward speed, advertised (speed_meter.py)
         # one thread: compute stays off the event loop (heartbeats keep flowing) and in order
@@ -35,6 +37,12 @@ class StageSeat:
         if self.slowdown > 1.0:  # an emulated slow device (chaos "stall"); the loop stays live
             await asyncio.sleep((self.slowdown - 1.0) * (time.monotonic() - started))
         return result
+
+    def trains_iteration(self) -> int:
+        """The iteration the parameters are for: the one after the last update applied, or
+        (delayed updates) after the one pending."""
+        last = self.stepped_iteration if self.pending_iteration is None else self.pending_iteration
+        return last + 1
 
     async def forward(self, fn: Callable, key, tensor) -> Any:
         """A forward of this stage, timed for the speed meter: its compute (times an emulated

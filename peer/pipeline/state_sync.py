@@ -2,10 +2,13 @@
 from a live replica before it trains, so replicas stay identical and the first iteration it
 joins counts its contribution like any other replica's.
 
-The joiner trains from iteration s (its schedule's start); it asks for the state as it is
-after iteration s - 1. A live replica cannot step iteration s before the joiner's gradient
-share arrives, so once it has stepped s - 1 its state holds still until the joiner is ready:
-it answers from one snapshot, in chunks (replies stay far below the message limit).
+The joiner trains from iteration s (its schedule's start); it asks for the state the replicas
+train iteration s with: after iteration s - 1's update (sync), or, with delayed updates
+(RunSpec.gradient_exchange), after s - 2's with s - 1's pending (StateReply.pending: the joiner
+takes part in it with a zero share, GradientExchange.take_on), or after s - 1's where a flush
+left none pending (an epoch's first iteration). A live replica cannot step past s before the
+joiner's gradient share arrives, so its state holds still until the joiner is ready: it
+answers from one snapshot, in chunks (replies stay far below the message limit).
 """
 import asyncio
 import logging
@@ -40,7 +43,7 @@ class StateDonor:
 
     def __init__(self, seat: StageSeat):
         self.seat = seat
-        self._snapshot: tuple[int, torch.Tensor, int, int] | None = None
+        self._snapshot: tuple[tuple, torch.Tensor, int, int, int | None] | None = None
         self._weights: tuple[int, torch.Tensor, int] | None = None   # (id, parameters, iteration)
         self._weights_id = 0
 
@@ -48,19 +51,23 @@ class StateDonor:
         seat = self.seat
         if seat.runner is None or seat.stage != req.stage:
             raise ValueError(f"we do not host stage {req.stage}")
-        if seat.stepped_iteration < req.iteration - 1:
-            raise NotReady(f"we finished iteration {seat.stepped_iteration}, not yet {req.iteration - 1}")
-        if seat.stepped_iteration > req.iteration - 1:
+        trains = seat.trains_iteration()
+        if seat.stepping:
+            raise NotReady("we are applying an update")
+        if trains < req.iteration:
+            raise NotReady(f"our parameters are for iteration {trains}, not yet {req.iteration}")
+        if trains > req.iteration:
             raise ValueError(f"we are past iteration {req.iteration - 1} already")
-        if self._snapshot is None or self._snapshot[0] != req.iteration:
+        key = (req.iteration, seat.stepped_iteration, seat.pending_iteration)
+        if self._snapshot is None or self._snapshot[0] != key:
             vector, steps, adam = await seat.compute(flat_state, seat.runner)
-            self._snapshot = (req.iteration, vector, steps, adam)
-        _, vector, steps, adam = self._snapshot
+            self._snapshot = (key, vector, steps, adam, seat.pending_iteration)
+        _, vector, steps, adam, pending = self._snapshot
         if req.offset >= vector.numel():
             raise ValueError(f"offset {req.offset} is past the state's {vector.numel()} elements")
         part = vector[req.offset:req.offset + min(req.max_elements, CHUNK_ELEMENTS)]
         return m.StateReply(req.stage, req.iteration, vector.numel(), req.offset, steps, adam,
-                            tensor_codec.encode(part))
+                            tensor_codec.encode(part), -1 if pending is None else pending)
 
 
     async def weights(self, req: m.WeightsRequest) -> m.WeightsReply:
@@ -87,7 +94,7 @@ class StateDonor:
                               req.offset, tensor_codec.encode(part))
 
 
-State = tuple[torch.Tensor, int, int]          # (flat state, step count, AdamW step)
+State = tuple[torch.Tensor, int, int, int]     # (flat state, step count, AdamW step, pending iteration or -1)
 
 
 def agreed_state(states: dict[str, State]) -> tuple[str, State] | None:
@@ -96,8 +103,8 @@ def agreed_state(states: dict[str, State]) -> tuple[str, State] | None:
     donors = sorted(states)
     for i, a in enumerate(donors):
         for b in donors[i + 1:]:
-            (va, sa, aa), (vb, sb, ab) = states[a], states[b]
-            if (sa, aa) == (sb, ab) and torch.equal(va, vb):
+            (va, *ca), (vb, *cb) = states[a], states[b]
+            if ca == cb and torch.equal(va, vb):
                 return a, states[a]
     return None
 
@@ -107,6 +114,7 @@ class StateFetcher:
 
     def __init__(self, me: str, run: str, rpc: RpcClient, settings: WorkerSettings, seat: StageSeat):
         self.me, self.run, self.rpc, self.settings, self.seat = me, run, rpc, settings, seat
+        self.pending = -1       # the last state taken: the update still pending with it (-1: none)
 
     async def fetch(self, schedule: Schedule, stage: int, iteration: int, timeout_s: float | None = None) -> bool:
         """The state as it is after iteration - 1; False if no replica could give it before the
@@ -114,6 +122,7 @@ class StateFetcher:
         noised its copy is outvoted), or, with one replica left or after half the timeout with
         one answer, from that one (logged as unverified); a state that fails the checks of
         load_flat_state (non-finite values, negative second moments, ...) is refused."""
+        self.pending = -1
         donors = [p for p in pv.replicas(schedule, stage) if p != self.me]
         if not donors:
             return False
@@ -123,7 +132,7 @@ class StateFetcher:
         got: dict[str, State] = {}
         while time.monotonic() < deadline:
             for donor in [d for d in donors if d not in got]:
-                state = await self._try_pull(donor, stage, iteration)
+                state = await self._try_pull(donor, stage, iteration, schedule.start_iteration)
                 if state is not None:
                     got[donor] = state
             chosen = agreed_state(got)
@@ -134,7 +143,7 @@ class StateFetcher:
                 logger.warning("stage %d's state from %s alone: no second replica could confirm it", stage,
                                chosen[0][:12])
             if chosen is not None:
-                donor, (vector, steps, adam) = chosen
+                donor, (vector, steps, adam, *rest) = chosen
                 try:
                     await self.seat.compute(load_flat_state, self.seat.runner, vector, steps, adam)
                 except ValueError as exc:
@@ -142,8 +151,10 @@ class StateFetcher:
                     donors = [d for d in donors if d != donor]
                     got = {d: s for d, s in got.items() if d != donor}
                     continue
-                logger.info("joined stage %d with the state of replica %s after iteration %d (%d floats, step %d)",
-                            stage, donor[:12], iteration - 1, vector.numel(), steps)
+                self.pending = rest[0] if rest else -1
+                logger.info("joined stage %d with the state of replica %s for iteration %d (%d floats, step %d%s)",
+                            stage, donor[:12], iteration, vector.numel(), steps,
+                            f", iteration {self.pending}'s update pending" if self.pending >= 0 else "")
                 return True
             if not donors:
                 break
@@ -151,9 +162,9 @@ class StateFetcher:
         logger.error("no replica of stage %d gave us its state; training from our own initialisation", stage)
         return False
 
-    async def _try_pull(self, donor: str, stage: int, iteration: int) -> "State | None":
+    async def _try_pull(self, donor: str, stage: int, iteration: int, epoch_start: int) -> "State | None":
         try:
-            return await self._pull(donor, stage, iteration)
+            return await self._pull(donor, stage, iteration, epoch_start)
         except (NotReady, TransportError) as exc:
             logger.debug("state from %s not available yet: %s", donor[:12], exc)
         except (RemoteError, BadTensor, ValueError) as exc:
@@ -161,7 +172,9 @@ class StateFetcher:
                 logger.warning("state transfer from %s failed: %s", donor[:12], exc)
         return None
 
-    async def _pull(self, donor: str, stage: int, iteration: int) -> tuple[torch.Tensor, int, int]:
+    async def _pull(self, donor: str, stage: int, iteration: int, epoch_start: int = 0) -> State:
+        """The donor's state in chunks; NotReady while it still has an update of the previous
+        epoch in flight (it flushes that before the epoch's first iteration)."""
         total = state_size(self.seat.runner)
         out = torch.empty(total, dtype=torch.float32)
         offset, counters = 0, None
@@ -173,13 +186,17 @@ class StateFetcher:
                 raise ValueError(f"expected a StateReply, got {type(reply).__name__}")
             if (reply.stage, reply.iteration, reply.total_elements, reply.offset) != (stage, iteration, total, offset):
                 raise ValueError("the donor's state does not match our stage layout or request")
-            if counters is not None and counters != (reply.step_count, reply.adam_step):
+            if counters is not None and counters != (reply.step_count, reply.adam_step, reply.pending):
                 raise ValueError("the donor's state changed during the transfer")
-            counters = (reply.step_count, reply.adam_step)
+            counters = (reply.step_count, reply.adam_step, reply.pending)
+            if not -1 <= reply.pending < iteration:
+                raise ValueError(f"the donor's pending update ({reply.pending}) is not before iteration {iteration}")
+            if 0 <= reply.pending < epoch_start:
+                raise NotReady(f"the donor's update of iteration {reply.pending} (the previous epoch) is in flight")
             n = min(CHUNK_ELEMENTS, total - offset)
             part = tensor_codec.decode(reply.tensor, expect_shape=(n,), expect_dtype="float32", what="state chunk")
             out[offset:offset + n] = part
             offset += n
             progress.update(offset)
         progress.finish()
-        return out, counters[0], counters[1]
+        return out, *counters

@@ -96,7 +96,8 @@ class PipelineWorker:
         self.sender = Sender(me, spec.run, rpc, health, settings, self.ledger, self.inbox, self.spot, self.tasks)
         self.recovery = Recovery(me, spec.run, settings, seat, self.ledger, self.sender, self.tasks)
         self.exchange = GradientExchange(me, spec.run, settings, seat, self.ledger, self.sender,
-                                         report=self.spot.add_report)
+                                         report=self.spot.add_report,
+                                         delayed=spec.gradient_exchange == "delayed")
         self.rejoin = Rejoin(me, self.isolation, seat, self.ledger, self.inbox, book, health,
                              StateFetcher(me, spec.run, rpc, settings, seat), self.hooks.refresh_schedule)
 
@@ -120,6 +121,10 @@ class PipelineWorker:
         while True:
             await boundary_read.finish()
             schedule = await self._schedule_with_me()
+            pending = self.exchange.pending
+            if pending is not None and (pending.schedule.epoch != schedule.epoch or
+                                        (spec.max_steps and ledger.iteration >= spec.max_steps)):
+                await self.exchange.flush()   # delayed updates: none in flight into a new epoch or past the end
             if spec.max_steps and ledger.iteration >= spec.max_steps:
                 await self.exchange.deliveries.flush(self.settings.send_deadline_s)
                 return
@@ -127,18 +132,31 @@ class PipelineWorker:
             try:
                 outcome = await unless_cut_off(self.isolation, self.run_iteration(i, schedule, boundary_read))
             except FellBehind as behind:
+                self.exchange.drop_pending()
                 await self.rejoin.catch_up(i, behind.iteration, schedule)
+                self._take_on_pending(schedule)
                 continue
             if outcome is None:
+                self.exchange.drop_pending()
                 await self.rejoin.sit_out(i)
+                self._take_on_pending(self.book.for_iteration(ledger.iteration))
                 continue
             ledger.history.append(outcome)
             checkpoints = self.seat.checkpoints
             if checkpoints is not None and checkpoints.due(i, spec.max_steps):
+                await self.exchange.flush()   # a checkpoint holds every update up to i
                 await self.seat.checkpoint(i, self._data_cursor_after(schedule, i))
             if self.hooks.on_iteration is not None:
                 await self.hooks.on_iteration(outcome)
             ledger.iteration += 1
+
+    def _take_on_pending(self, schedule: Schedule | None) -> None:
+        """After a state copy: take part in the update the replicas still had in flight."""
+        pending = self.rejoin.fetcher.pending
+        self.rejoin.fetcher.pending = -1
+        if pending >= 0 and schedule is not None and self.seat.runner is not None:
+            self.exchange.take_on(pending, schedule)
+            self.seat.stepped_iteration = pending - 1
 
     def _data_cursor_after(self, schedule: Schedule, i: int) -> dict | None:
         """Stage 0's checkpoints carry where the sample cursor stands after iteration i."""
@@ -161,6 +179,7 @@ class PipelineWorker:
             await self.book.wait_changed(timeout=5.0)
         stage = schedule.stage_of()[self.me]
         if stage != seat.stage:
+            self.exchange.drop_pending()      # the old stage's update: its replicas apply it
             if seat.stage is not None:
                 logger.warning("re-assigned from stage %d to %d: starting that stage afresh", seat.stage, stage)
             done = await seat.take(stage)
@@ -178,6 +197,7 @@ class PipelineWorker:
             if ledger.iteration > 0 and not current and not copied:
                 seat.note_stale_start(stage, ledger.iteration, done)
             seat.stepped_iteration = ledger.iteration - 1
+            self._take_on_pending(schedule)
         return schedule
 
     def iteration_over(self, st: IterationState, schedule: Schedule) -> bool:
@@ -207,8 +227,7 @@ class PipelineWorker:
             self.sender.announce_done(i, schedule, st)
         outcome.counts = st.counts()
         outcome.lost_microbatches = sorted(mb for mb, e in st.own.items() if e.outcome == Outcome.LOST)
-        await self.exchange.average_and_step(i, schedule, outcome)
-        self.seat.stepped_iteration = i
+        await self.exchange.average_and_step(i, schedule, outcome)   # sets seat.stepped_iteration
         self.end_iteration(i)
         outcome.finished_at = time.time()
         return outcome

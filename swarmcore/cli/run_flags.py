@@ -9,6 +9,7 @@ test suite's, share one machine and would fight over the port).
 """
 import argparse
 
+from protocol.messages import GRADIENT_EXCHANGES
 from protocol.quantised import WIRE_COMPRESSION
 from swarmcore.cli.settings import port_or_off
 from swarmcore.cli.support import DEFAULT_SKIP, learning_rate, non_negative_int, positive_int, run_name, skip_ratio
@@ -22,6 +23,8 @@ WIRE_COMPRESSION_HELP = (
     "schedule says; the coordinator's default is off while compressed runs still lose more than 1%% "
     "held-out loss (docs/results.md) (default: %(default)s)")
 
+# chosen by measurement (docs/results.md: bench/convergence.py and bench/swarm_vs_full.py)
+DEFAULT_GRADIENT_EXCHANGE = "sync"
 DEFAULT_STATUS_PORT = 8321
 COORDINATOR, LAUNCHER = "coordinator", "launcher"
 COORDINATOR_DEFAULTS = {"run": "default", "steps": 0, "status_port": DEFAULT_STATUS_PORT}
@@ -54,6 +57,10 @@ def add_run_flags(p: argparse.ArgumentParser, role: str = COORDINATOR) -> None:
     p.add_argument("--global-batch", type=non_negative_int, default=0, metavar="N",
                    help="microbatches per iteration in all, split among the stage-0 peers by their speed, the "
                         "same whoever joins or leaves (default: 0 = --microbatches on each stage-0 peer)")
+    p.add_argument("--gradient-exchange", choices=GRADIENT_EXCHANGES, default=DEFAULT_GRADIENT_EXCHANGE,
+                   help="when the replicas' averaged gradients are applied: sync (at the end of their own "
+                        "iteration) or delayed (one iteration later: the exchange overlaps the next iteration's "
+                        "work; docs/architecture.md) (default: %(default)s)")
     p.add_argument("--lr", type=learning_rate, default=3e-3, help="peak AdamW learning rate")
     p.add_argument("--checkpoint-dir", default="", metavar="DIR",
                    help="the peers' per-stage checkpoints, where this machine sees them: a run started again "

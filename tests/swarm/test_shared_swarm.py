@@ -4,6 +4,9 @@ processes with stages left to the coordinator, every forward spot-checked, /metr
 
 - the coordinator gives the auto peers every stage, they train and re-announce their stage;
 - with spot checks on, an honest swarm reports only passes, for both replicas of its replicated stage;
+  the run uses delayed updates (--gradient-exchange delayed), so the spot checks that compare the
+  two replicas' forwards also show that those stay identical over real P2P when each step applies
+  the average of the iteration before;
 - the status page in headless Chromium, and /metrics of the coordinator and a peer (CI installs Chromium);
 - last, as it attacks the swarm: a rogue process sends a steady stream of malformed and malicious
   requests at every peer and forges adverts; training keeps progressing with no lost microbatch,
@@ -41,8 +44,8 @@ def swarm(tmp_path_factory):
         # --announce-period 2: adverts must not lapse on a box the rogue loads at the end
         return peers(app, live.tmp, PEERS, "--metrics-port", "0", "--spot-check-rate", "1", "--announce-period", "2")
     try:
-        live.start(coordinator(min_peers=PEERS, num_stages=STAGES, skip_ratio=0.0, max_steps=0, status_port=0),
-                   start_peers)
+        live.start(coordinator(min_peers=PEERS, num_stages=STAGES, skip_ratio=0.0, max_steps=0, status_port=0,
+                               gradient_exchange="delayed"), start_peers)
         yield live
     finally:
         live.close()
@@ -81,6 +84,7 @@ def test_an_honest_swarm_with_checks_on_reports_only_passes(swarm):
         await wait_for(lambda: app.bans.counts["passed"] >= 4, 30, "spot-check reports")
         return app.bans, list(app.summaries), app.schedule, await app.records.get_spot_checks()
     bans, summaries, schedule, records = swarm.run(check(), 300)
+    assert swarm.app.spec.gradient_exchange == "delayed"
     reports = [r for rec in records.values() for r in rec.reports]
     assert reports and all(r.passed for r in reports), [r for r in reports if not r.passed]
     assert bans.banned == {} and bans.counts["failed"] == 0

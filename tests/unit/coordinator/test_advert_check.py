@@ -69,3 +69,12 @@ def test_gate_logs_each_liar_once_not_every_round(caplog):
     assert "7 layers" in gate.ignored["QmLiar"]
     adverts["QmLiar"] = dataclasses.replace(adverts["QmLiar"], num_layers=6)   # fixed: planned again
     assert sorted(gate.admit(adverts)) == ["QmA", "QmLiar"] and not gate.ignored
+
+
+def test_a_peer_too_old_for_delayed_updates_is_left_out_of_a_delayed_run():
+    # it would drop RunSpec.gradient_exchange, step synchronously and part from its replicas
+    old = dataclasses.replace(honest("QmOld"), protocol_version=(1, 7))
+    delayed = dataclasses.replace(SPEC, gradient_exchange="delayed")
+    assert "1.8 or newer" in advert_problem(old, delayed, ModelFacts.of(delayed))
+    assert advert_problem(old, SPEC, ModelFacts.of(SPEC)) is None          # a sync run takes it
+    assert advert_problem(honest("QmNew"), delayed, ModelFacts.of(delayed)) is None

@@ -13,12 +13,13 @@ from protocol.topology import TOPOLOGY_FORMAT, Links, Node, Topology, Workload
 GIB = 2**30
 
 
-def topo(fwd=(1.0, 2.0, 2.0), stages=2, lat_ms=100.0, bw=1.0, param=GIB, slow=None):
+def topo(fwd=(1.0, 2.0, 2.0), stages=2, lat_ms=100.0, bw=1.0, param=GIB, slow=None, delayed=False):
     """Node i: forward `fwd[i]` s per layer-sample; every link `lat_ms` and `bw` GiB/s except
     `slow` = ((a, b), GiB/s), both directions."""
     n = len(fwd)
     w = Workload(num_layers=stages, num_stages=stages, microbatch_samples=1, microbatches_per_data_node=1,
-                 activation_bytes_per_sample=GIB, memory_microbatches=3, param_bytes_per_layer=param)
+                 activation_bytes_per_sample=GIB, memory_microbatches=3, param_bytes_per_layer=param,
+                 delayed_exchange=delayed)
     lat = tuple(tuple(0.0 if i == j else lat_ms for j in range(n)) for i in range(n))
     bws = [[bw] * n for _ in range(n)]
     if slow:
@@ -82,6 +83,21 @@ def test_steady_state_a_late_replica_delays_the_next_iteration():
     assert predict(REPLICATED, topo()).iteration_s == pytest.approx(12.15)
 
 
+def test_delayed_updates_take_the_exchange_off_the_path_unless_it_outlasts_an_iteration():
+    # the 4 GiB exchange (4.1 s) that delayed the next iteration by 2.1 s above now overlaps it
+    t = topo(param=4 * GIB, delayed=True)
+    p = predict(REPLICATED, t)
+    assert p.iteration_s == pytest.approx(12.15) and p.start_s["n2"] == pytest.approx(0.1)   # the notice only
+    assert p.boundary.exchanged_s == p.boundary.done_s        # nobody waits at its own boundary
+    assert p.boundary.arrival_s["n1"] == pytest.approx(12.25 + 4.1)
+    assert simulate(REPLICATED, t).iteration_time_s == pytest.approx(12.15)   # no exchange in the span
+    # a 20 GiB exchange (20.1 s) outlasts the 12.15 s iteration: the replicas' step waits for
+    # the shares of the iteration before, and the next iteration's F1 on n2 for that step
+    slow = predict(REPLICATED, topo(param=20 * GIB, delayed=True))
+    sync = predict(REPLICATED, topo(param=20 * GIB))
+    assert 12.15 < slow.period_s < sync.period_s
+
+
 def test_gaps_between_iterations():
     t = topo(param=4 * GIB)
     # the origin's own gap (progress report) gives the replicas time to catch up ...
@@ -112,3 +128,13 @@ def test_step_cost_and_bad_overheads():
     with pytest.raises(ValueError, match="hop_s"):
         Overheads(hop_s=-1.0)
     assert dataclasses.replace(Overheads(), task_s=0.1).task_s == 0.1
+
+
+def test_the_coordinator_plans_with_the_runs_exchange_mode():
+    from coordinator.swarm_view import SwarmSnapshot, to_topology
+    from tests.unit.coordinator.test_advert_check import SPEC, honest
+    adverts = {p: honest(p) for p in ("QmA", "QmB", "QmC")}
+    for mode in ("sync", "delayed"):
+        topology = to_topology(SwarmSnapshot(adverts, {}), dataclasses.replace(SPEC, gradient_exchange=mode), {})
+        assert topology.workload.delayed_exchange == (mode == "delayed")
+        assert CostModel(topology).delayed_exchange == (mode == "delayed")

@@ -34,22 +34,24 @@ class Donors:
 
     async def call(self, donor, req, timeout):
         self.asked.append(donor)
-        vector, steps, adam = self.states[donor]
+        vector, steps, adam, *pending = self.states[donor]
         part = vector[req.offset:req.offset + req.max_elements]
         return m.StateReply(req.stage, req.iteration, vector.numel(), req.offset, steps, adam,
-                            tensor_codec.encode(part))
+                            tensor_codec.encode(part), *pending)
 
 
-def fetch(states: dict, timeout_s: float = 2.0) -> tuple[bool, StageSeat, Donors]:
+def fetch(states: dict, timeout_s: float = 2.0, start: int = 0) -> tuple[bool, StageSeat, Donors]:
     donors = Donors(states)
     seat = StageSeat(lambda stage: StageRunner.from_spec(SPEC, stage))
     schedule = Schedule("t", 1, "skippipe", 2, 0.0, tuple(StageAssignment(p, 1) for p in ["me", *states])
-                        + (StageAssignment("o", 0),), (), ())
+                        + (StageAssignment("o", 0),), (), (), start_iteration=start)
 
     async def go():
         await seat.take(1)
-        return await StateFetcher("me", "t", donors, WorkerSettings(iteration_timeout_s=timeout_s), seat).fetch(
-            schedule, 1, 3)
+        fetcher = StateFetcher("me", "t", donors, WorkerSettings(iteration_timeout_s=timeout_s), seat)
+        ok = await fetcher.fetch(schedule, 1, 3)
+        donors.pending = fetcher.pending
+        return ok
     try:
         return asyncio.run(go()), seat, donors
     finally:
@@ -86,3 +88,23 @@ def test_two_replicas_that_disagree_are_not_trusted():
     good = trained()
     ok, _, _ = fetch({"a": good, "b": (good[0] * 1.01, *good[1:])}, timeout_s=1.0)
     assert not ok
+
+
+def test_a_delayed_update_pending_at_the_donors_comes_with_their_state():
+    # delayed updates (RunSpec.gradient_exchange): the replicas train iteration 3 with iteration
+    # 2's average still in flight; the joiner takes part in it (GradientExchange.take_on)
+    good = trained()
+    ok, _, donors = fetch({"a": (*good, 2), "b": (*good, 2)})
+    assert ok and donors.pending == 2
+    ok, _, donors = fetch({"a": (*good, -1), "b": (*good, -1)})
+    assert ok and donors.pending == -1
+    # replicas that disagree on the pending update are not one state
+    assert not fetch({"a": (*good, 2), "b": (*good, -1)}, timeout_s=1.0)[0]
+
+
+def test_an_update_of_the_previous_epoch_in_flight_is_waited_out():
+    # the epoch starts at 3: the donors flush iteration 2's update before it; until then their
+    # state is not the one to copy (the joiner was no replica of iteration 2)
+    good = trained()
+    ok, _, donors = fetch({"a": (*good, 2), "b": (*good, 2)}, timeout_s=1.0, start=3)
+    assert not ok and donors.pending == -1 and len(donors.asked) > 2     # asked again and again

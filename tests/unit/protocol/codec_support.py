@@ -68,7 +68,7 @@ def run_specs(draw):
         learning_rate=draw(st.floats(min_value=0.0, max_value=1.0, exclude_min=True)),
         warmup_steps=draw(st.integers(0, 2**63 - 1)),
         max_grad_norm=draw(st.floats(min_value=0.0, exclude_min=True, allow_infinity=False)),
-        stage_sizes=stage_sizes)
+        stage_sizes=stage_sizes, gradient_exchange=draw(st.sampled_from(m.GRADIENT_EXCHANGES)))
 
 
 @st.composite

@@ -69,6 +69,8 @@ BAD_FIELDS = [
     (SPEC, ("max_grad_norm",), INF, "max_grad_norm"),
     (SPEC, ("warmup_steps",), -1, "warmup_steps"),
     (SPEC, ("max_steps",), -5, "max_steps"),
+    (SPEC, ("gradient_exchange",), "async", "gradient_exchange"),   # replicas would disagree on when to step
+    (SPEC, ("gradient_exchange",), 1, "gradient_exchange"),
     (SPEC, ("num_stages",), 0, "num_stages"),
     (SPEC, ("num_stages",), False, "num_stages"),
     (SPEC, ("run",), "bad run", "run"),
