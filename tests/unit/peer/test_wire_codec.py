@@ -121,21 +121,55 @@ def test_shape_mismatch_is_a_bad_tensor():
         wire.decode(wire.Packed(h, payload), (2, 32), "t")
 
 
-@pytest.mark.parametrize("feedback", [True, False])
-def test_error_feedback_keeps_the_delivered_sum_on_track(feedback):
+@pytest.mark.parametrize("rounding", ["feedback", "stochastic", "nearest"])
+def test_error_feedback_or_stochastic_rounding_keeps_the_delivered_sum_on_track(rounding):
     g = torch.full((64,), 0.003)
     g[0] = 1.0                     # int4 step 1/7: alone, 0.003 rounds to 0 every time
-    w = wire.WireCompression("int4", {"b": (1, 6)}, "a", error_feedback=feedback)
+    w = wire.WireCompression("int4", {"b": (1, 6)}, "a", error_feedback=rounding == "feedback",
+                             stochastic_gradients=rounding == "stochastic", seed=0)
     total = torch.zeros(64)
     for _ in range(100):
         sent = w.compress(m.BackwardRequest(HEADER, tensor_codec.encode(g)), g, SCHED, "b")
         total += wire.decode(wire.received(sent), (64,), "g")
     drift = float((total[1:] - 100 * g[1:]).abs().max())
-    if feedback:
+    if rounding == "feedback":
         assert drift <= 1.0 / 7 / 2 + 1e-4          # at most one residual behind
+    elif rounding == "stochastic":
+        # unbiased: 0.003 travels as 1/7 with probability 0.021, so the 63 small elements'
+        # mean total is 0.3 give or take 0.025 (one standard deviation)
+        assert abs(float(total[1:].mean()) - 0.3) < 0.1
+        assert 0 < drift < 1.5                     # each element a random walk, not the whole 0.3 lost
     else:
         assert drift > 0.29                        # the whole 0.3 lost
 
+
+def test_gradients_round_stochastically_and_activations_to_nearest_by_default():
+    x = torch.randn(4, 64, generator=torch.Generator().manual_seed(3))
+    w = wire.WireCompression("int8", {"b": (1, 6)}, "a")
+    fwd = [wire.decode(wire.received(w.compress(m.ForwardRequest(HEADER, tensor_codec.encode(x)), x, SCHED, "b")),
+                       (4, 64), "t") for _ in range(2)]
+    assert torch.equal(fwd[0], fwd[1]) and torch.equal(fwd[0], quantise(x, "int8")[2])
+    back = [wire.decode(wire.received(w.compress(m.BackwardRequest(HEADER, tensor_codec.encode(x)), x, SCHED, "b")),
+                        (4, 64), "t") for _ in range(2)]
+    assert not torch.equal(back[0], back[1])         # a fresh draw each time
+    step = x.abs().amax(dim=1, keepdim=True) / QMAX["int8"]
+    assert bool(((back[0] - x).abs() < step * (1 + 1e-5)).all())    # within one step, not half
+
+
+@FAST
+@given(st.sampled_from(["int8", "int4"]), st.integers(0, 2**31))
+def test_stochastic_rounding_is_unbiased_and_decodes_as_the_sender_predicts(codec_, seed):
+    x = torch.randn(2, 64, generator=torch.Generator().manual_seed(seed))
+    gen = torch.Generator().manual_seed(seed)
+    draws = []
+    for _ in range(400):
+        header, payload, restored = quantise(x, codec_, 64, gen)
+        assert torch.equal(dequantise(header, payload), restored)
+        draws.append(restored)
+    step = x.abs().amax(dim=1, keepdim=True) / QMAX[codec_]
+    mean = torch.stack(draws).mean(0)
+    # each element's mean of 400 draws is within 4 standard deviations (<= step / 2 / 20) of x
+    assert bool(((mean - x).abs() <= step * 0.1 + 1e-7).all())
 
 
 @pytest.mark.parametrize("codec_", ["int8", "int4"])
