@@ -185,3 +185,19 @@ def test_spot_checks_allow_half_a_step_of_a_quantised_output_and_no_more(codec_)
     tampered = received.clone()
     tampered[0, :4] += 0.2                                    # a few rows nudged by more than half a step
     assert not compare_outputs(tampered, reference, DEFAULT_RTOL, codec_, 64).passed
+
+
+def test_bench_jitter_control_sends_floats_a_hair_off_and_restores_the_sender():
+    from bench.support.wire_jitter import jitter, jittered_floats
+    x = torch.randn(2, 64, 8)
+    rel = float((jitter(x) - x).norm() / x.norm())
+    assert 0 < rel < 1e-4
+    original = wire.WireCompression.pack
+    w = wire.WireCompression("int8", {"b": (1, 6)}, "a")
+    req = m.ForwardRequest(HEADER, tensor_codec.encode(x))
+    with jittered_floats():
+        sent = w.compress(req, x, SCHED, "b")
+        assert sent.quantised is None and sent.tensor.dtype == "float32"
+        assert torch.equal(wire.decode(wire.received(sent), tuple(x.shape), "t"), jitter(x))
+        assert w.compress(req, x, SCHED, "stranger") is req          # a link that would carry floats anyway
+    assert wire.WireCompression.pack is original
