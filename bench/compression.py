@@ -16,9 +16,14 @@ single-cluster topology), once per codec, every link carrying that codec (off: f
 same tokens; the held-out loss of the trained model with all stages in order.
 
   python bench/compression.py [--steps 12] [--conv-steps 120] [--skip-speed] [--skip-convergence]
-Last line: RESULT ratio=<auto/off measured> loss_off=.. loss_int8=.. loss_int4=.. ...
+  [--conv-codecs off,int8,int4[,jitter]]
+The jitter codec is a control: floats off by ~1e-5 (bench/support/wire_jitter.py),
+far closer to exact than any codec; the tiny model's held-out loss moves with it about as much as with
+int8 (chaos), which says how much of a codec's figure is the codec.
+Last line: RESULT ratio=<auto/off measured> loss_off=.. loss_int8=.. loss_int4=.. loss_jitter=.. ...
 """
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
@@ -28,10 +33,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for bench.*
 from bench.convergence import train  # noqa: E402
+from bench.support.wire_jitter import jittered_floats  # noqa: E402
 from bench.swarm_vs_full import microbatches_per_data_node, positive, run_swarm, write_topology  # noqa: E402
 from peer.data import TextDataset, load_corpus  # noqa: E402
 
 CODECS = ("off", "int8", "int4")
+CONTROL = "jitter"      # floats off by ~1e-5 (bench/support/wire_jitter.py): the chaos control
 
 
 def parse_args() -> argparse.Namespace:
@@ -55,9 +62,15 @@ def parse_args() -> argparse.Namespace:
     g.add_argument("--conv-seeds", type=int, default=1,
                    help="seeds (model init, data order, plan) per codec; the losses are their means "
                         "(one run's held-out loss moves by ~0.5%% with float arrival order alone)")
+    g.add_argument("--conv-codecs", default=",".join(CODECS),
+                   help="what every link carries in the convergence runs, comma-separated (off first; "
+                        f"default %(default)s; {CONTROL}: floats off by ~1e-5, the control for chaos)")
     g.add_argument("--skip-convergence", action="store_true", help="only the speed part")
     p.add_argument("--keep", type=Path, help="keep topology, summaries, logs and checkpoints in this folder")
     args = p.parse_args()
+    args.conv_codecs = tuple(args.conv_codecs.split(","))
+    if args.conv_codecs[0] != "off" or not set(args.conv_codecs) <= set(CODECS + (CONTROL,)):
+        p.error(f"--conv-codecs: off first, then some of {CODECS[1:] + (CONTROL,)}")
     args.share_dtype = None   # the swarm's: the peers' default
     return args
 
@@ -80,13 +93,15 @@ def speed(args, folder: Path) -> dict:
 def convergence(args, folder: Path) -> dict:
     train_set, held = TextDataset(load_corpus()).split()
     held_out = list(held.eval_batches(samples=8, seq_len=64, max_batches=16))
-    runs = {c: [] for c in CODECS}
+    runs = {c: [] for c in args.conv_codecs}
     for seed in range(args.conv_seeds):
         conv = argparse.Namespace(steps=args.conv_steps, stages=args.conv_stages, nodes=args.conv_nodes,
                                   data_nodes=2, microbatches=4, samples=8, seq_len=64, lr=3e-3, seed=seed,
                                   share_dtype="int8")
-        for c in CODECS:
-            runs[c].append(train(conv, 1 / 3, train_set, held_out, folder / f"conv-{c}-s{seed}", wire_compression=c))
+        for c in args.conv_codecs:
+            with jittered_floats() if c == CONTROL else contextlib.nullcontext():
+                runs[c].append(train(conv, 1 / 3, train_set, held_out, folder / f"conv-{c}-s{seed}",
+                                     wire_compression="int8" if c == CONTROL else c))
     if len({r["tokens"] for rs in runs.values() for r in rs}) != 1:
         raise SystemExit("the convergence runs saw different numbers of tokens")
     loss = {c: sum(r["held_out_loss"] for r in rs) / len(rs) for c, rs in runs.items()}
@@ -98,6 +113,9 @@ def convergence(args, folder: Path) -> dict:
               f"{100 * (loss[c] / loss['off'] - 1):+.2f}% vs off), {quantised} of {total} tensors sent quantised",
               flush=True)
     print("targets: int8 within 1%, int4 within 3% of off", flush=True)
+    if CONTROL in loss:
+        for c in set(loss) & set(CODECS[1:]):
+            print(f"wire {c} vs the {CONTROL} control: {100 * (loss[c] / loss[CONTROL] - 1):+.2f}%", flush=True)
     return loss | {"tokens": runs["off"][0]["tokens"]}
 
 
@@ -117,6 +135,7 @@ def main() -> int:
         return "nan" if value is None else format(value, spec)
     print(f"RESULT ratio={fmt(fast.get('ratio'), '.3f')} loss_off={fmt(loss.get('off'))} "
           f"loss_int8={fmt(loss.get('int8'))} loss_int4={fmt(loss.get('int4'))} "
+          f"loss_{CONTROL}={fmt(loss.get(CONTROL))} "
           f"off_s={fmt(fast.get('off_s'), '.3f')} auto_s={fmt(fast.get('auto_s'), '.3f')} "
           f"sim_ratio={fmt(fast.get('sim_ratio'), '.3f')} lost={fast.get('lost', 0)} "
           f"tokens={loss.get('tokens', 0)} load_start={load[0]:.1f} load_end={end[0]:.1f}", flush=True)

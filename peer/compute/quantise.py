@@ -3,6 +3,11 @@
 `quantise` runs on the tensor's own device (a GPU sends a quarter or an eighth of the bytes over
 PCIe too) and returns the payload and what the receiver will decode from it, which error
 feedback needs; `dequantise` checks the payload (protocol.quantised.split) before reading it.
+
+Rounding is to the nearest level, or stochastic (`generator` given): x / s rounds up with
+probability equal to its fractional part, so the decoded value is an unbiased estimate of x
+(E[decoded] = x). The sender chooses (wire.py: gradients going back); the receiver cannot tell
+and need not: the layout is the same.
 """
 from __future__ import annotations
 
@@ -22,10 +27,11 @@ def _blocks(flat: torch.Tensor, block: int) -> torch.Tensor:
     return flat.view(-1, block)
 
 
-def quantise(tensor: torch.Tensor, codec: str, block: int = DEFAULT_BLOCK
-             ) -> tuple[Quantised, TensorPayload, torch.Tensor] | None:
+def quantise(tensor: torch.Tensor, codec: str, block: int = DEFAULT_BLOCK,
+             generator: torch.Generator | None = None) -> tuple[Quantised, TensorPayload, torch.Tensor] | None:
     """(header, payload, the float32 tensor the receiver will decode) of a float tensor; None
-    if it holds a NaN or Inf (it then travels as floats, and the receiver refuses it as before)."""
+    if it holds a NaN or Inf (it then travels as floats, and the receiver refuses it as before).
+    `generator` (on the tensor's device): stochastic rounding drawn from it; None: to nearest."""
     header = Quantised(codec, block, tuple(int(d) for d in tensor.shape))
     flat = tensor.detach().reshape(-1).to(torch.float32)
     n, qmax = flat.numel(), QMAX[codec]
@@ -34,7 +40,13 @@ def quantise(tensor: torch.Tensor, codec: str, block: int = DEFAULT_BLOCK
     if not bool(torch.isfinite(scales).all()):
         return None
     safe = torch.where(scales > 0, scales, torch.ones_like(scales))
-    q = torch.round(blocks / safe[:, None]).clamp_(-qmax, qmax).to(torch.int8)
+    scaled = blocks / safe[:, None]
+    if generator is None:
+        scaled = torch.round(scaled)
+    else:
+        noise = torch.rand(scaled.shape, generator=generator, device=scaled.device, dtype=scaled.dtype)
+        scaled = torch.floor(scaled.add_(noise))
+    q = scaled.clamp_(-qmax, qmax).to(torch.int8)
     restored = (q.to(torch.float32) * scales[:, None]).view(-1)[:n].view(tensor.shape)
     values = q.view(-1)[:n]
     if codec == "int4":

@@ -8,6 +8,12 @@ quantised one when
 - the receiver reads quantised tensors: its replies told us it speaks protocol >= 1.6
   (RpcClient.versions). Until we have heard from a peer, and for a peer of an older version, the
   tensor travels as floats, as before: this is how an older peer gets uncompressed tensors.
+Gradients going back are rounded stochastically (STOCHASTIC_GRADIENTS; quantise.py): each
+decodes to an unbiased estimate of the gradient, so the rounding errors of a stage's many
+microbatches average out in its parameter gradients instead of adding up as a bias (round to
+nearest is biased for every value between two levels). Activations going forward round to the
+nearest level: the least error for the one forward pass that uses them, and what spot checks'
+half-a-step tolerance assumes.
 Error feedback on gradients going back is available but off by default (ERROR_FEEDBACK): what
 quantisation dropped from one gradient sent over a link is added to the next one sent over it,
 so the sum of what a link delivers tracks the sum of the gradients sent. But consecutive
@@ -36,6 +42,7 @@ from protocol.tensors import TensorPayload
 FLOAT_WIRE_DTYPES = ("float32", "float16", "bfloat16")
 MAX_RESIDUALS = 32          # links with an error-feedback residual (each one activation's size)
 ERROR_FEEDBACK = False      # see above: measured to hurt convergence across microbatches
+STOCHASTIC_GRADIENTS = True  # see above: unbiased rounding of the gradients going back
 
 
 def link_codec(schedule: Schedule, sender: str, receiver: str) -> str:
@@ -48,11 +55,14 @@ def link_codec(schedule: Schedule, sender: str, receiver: str) -> str:
 
 class WireCompression:
     def __init__(self, mode: str, versions: dict[str, tuple[int, int]], me: str,
-                 block: int = DEFAULT_BLOCK, error_feedback: bool = ERROR_FEEDBACK):
+                 block: int = DEFAULT_BLOCK, error_feedback: bool = ERROR_FEEDBACK,
+                 stochastic_gradients: bool = STOCHASTIC_GRADIENTS, seed: int | None = None):
         if mode not in WIRE_COMPRESSION:
             raise ValueError(f"wire compression must be one of {WIRE_COMPRESSION}, not {mode!r}")
         self.mode, self.versions, self.me = mode, versions, me
         self.block, self.error_feedback = block, error_feedback
+        self.stochastic_gradients, self.seed = stochastic_gradients, seed
+        self._generators: dict[torch.device, torch.Generator] = {}
         self.residuals: OrderedDict[str, torch.Tensor] = OrderedDict()
         self.sent = {"off": 0, "int8": 0, "int4": 0}     # requests by codec, for status and tests
 
@@ -76,7 +86,8 @@ class WireCompression:
         residual = self.residuals.get(receiver) if backward else None
         if residual is not None and residual.shape == tensor.shape and residual.device == tensor.device:
             tensor = tensor.to(torch.float32) + residual
-        out = q.quantise(tensor, codec, self.block)
+        stochastic = self.stochastic_gradients and isinstance(request, m.BackwardRequest)
+        out = q.quantise(tensor, codec, self.block, self._generator(tensor.device) if stochastic else None)
         if out is None:                      # NaN or Inf: floats, refused by the receiver as before
             self.sent["off"] += 1
             return request, None
@@ -88,6 +99,17 @@ class WireCompression:
                 self.residuals.popitem(last=False)
         self.sent[codec] += 1
         return dataclasses.replace(request, tensor=payload, quantised=header), restored
+
+    def _generator(self, device: torch.device) -> torch.Generator:
+        """Our own random stream for stochastic rounding (the global one stays the model's)."""
+        if device not in self._generators:
+            gen = torch.Generator(device=device)
+            if self.seed is None:
+                gen.seed()
+            else:
+                gen.manual_seed(self.seed)
+            self._generators[device] = gen
+        return self._generators[device]
 
 
 @dataclasses.dataclass(frozen=True)
