@@ -93,6 +93,32 @@ class NatHosts(Hosts):
         self._iptables("-I", "FORWARD", "1", "-p", "tcp", "-d", home, "--dport", p, "-j", "ACCEPT")
         return f"/ip4/{self.wan_addr}/tcp/{port}"
 
+    def refuse_home(self, i: int) -> None:
+        """Public host i drops every connection that starts at home (from the router's WAN address),
+        as a peer behind its own NAT would: between home and host i only a relay carries anything."""
+        self._sh(self.names[i], "iptables", "-w", "-A", "INPUT", "-s", self.wan_addr, "-p", "tcp", "--syn",
+                 "-j", "DROP")
+
+    def count_traffic(self, addrs: list[str]) -> None:
+        """Count the bytes the router forwards between home and each of `addrs` (traffic_bytes)."""
+        for addr in addrs:
+            self._iptables("-I", "FORWARD", "1", "-s", addr)      # no target: a counter, no verdict
+            self._iptables("-I", "FORWARD", "1", "-d", addr)
+
+    def traffic_bytes(self) -> dict[str, int]:
+        """{public address: bytes both ways} for the addresses given to count_traffic."""
+        out = self._sh(self.router_ns, "iptables", "-w", "-L", "FORWARD", "-v", "-n", "-x")
+        found: dict[str, int] = {}
+        for line in out.splitlines():
+            cols = line.split()
+            if len(cols) == 8 and cols[0].isdigit() and cols[2] in ("all", "0"):   # pkts bytes prot -- * * src dst
+                src, dst = cols[6], cols[7]
+                if src != "0.0.0.0/0" and dst == "0.0.0.0/0":
+                    found[src] = found.get(src, 0) + int(cols[1])
+                elif dst != "0.0.0.0/0" and src == "0.0.0.0/0":
+                    found[dst] = found.get(dst, 0) + int(cols[1])
+        return found
+
     def _iptables(self, *args: str) -> None:
         self._sh(self.router_ns, "iptables", "-w", *args)
 

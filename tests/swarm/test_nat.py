@@ -8,6 +8,7 @@ import pytest
 
 from bench.nat_netns import NatHosts, unavailable_reason
 from bench.support.netns_swarm import start_coordinator, start_peer, wait_iterations, wait_maddrs
+from bench.support.relay_nodes import start_relays
 from tests.swarm.netns import wait_log
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
@@ -60,6 +61,32 @@ def test_a_home_peer_without_a_forward_is_local_only_yet_trains_over_connections
     rows = wait_iterations(tmp_path / "coordinator.log", 2, 60)
     assert all(r["completed"] == 2 and r["lost"] == 0 for r in rows[:2]), rows
     assert hosts.dnat_packets() == 0
+
+
+def test_a_home_peer_behind_nat_reserves_relay_slots_and_trains_through_them(nat_hosts, tmp_path):
+    """--relay-via: the home peer reserves slots on four relays (the coordinator with --serve-relay
+    and three relay-only nodes: libp2p reserves at once only with four candidates, docs/nat.md),
+    advertises circuit addresses and reports `relayed`. The stage-0 peer refuses every connection
+    from home (as if it were behind NAT too), so every activation and gradient between them
+    crosses a relay: training completes only if the relay carries it."""
+    hosts = nat_hosts
+    maddrs = wait_maddrs(start_coordinator(hosts, 0, tmp_path, "--stages", "2", "--min-peers", "2",
+                                           "--steps", "3", "--serve-relay"))
+    relays = [*maddrs[:1], *start_relays(hosts, 0, 3, tmp_path)]
+    hosts.refuse_home(1)
+    hosts.count_traffic(hosts.addrs[:2])
+    start_peer(hosts, 1, tmp_path, maddrs, 0)
+    start_peer(hosts, hosts.home, tmp_path, maddrs, 1, "--relay-via", *relays)
+    home_log = tmp_path / f"peer{hosts.home}.log"
+    log = wait_log(home_log, "reachability: relayed", 45, poll_s=0.25)
+    assert "relay slot reserved" in log and "/p2p-circuit" in log
+    before = hosts.traffic_bytes()
+    rows = wait_iterations(tmp_path / "coordinator.log", 3, 60)
+    assert all(r["completed"] == 2 and r["lost"] == 0 for r in rows[:3]), rows
+    after = hosts.traffic_bytes()
+    relayed = after[hosts.addrs[0]] - before[hosts.addrs[0]]     # coordinator's host: the relays
+    assert after.get(hosts.addrs[1], 0) < 10_000, after           # home <-> stage 0: refused SYNs only
+    assert relayed > 100_000, (before, after)                     # activations and gradients
 
 
 def test_without_a_forward_nothing_outside_can_dial_home(nat_hosts, tmp_path):
