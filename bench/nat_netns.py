@@ -124,11 +124,11 @@ class NatHosts(Hosts):
         self._iptables("-I", "FORWARD", "1", "-p", "tcp", "-d", addr, "--dport", p, "-j", "ACCEPT", home=i)
         return f"/ip4/{h.wan_addr}/tcp/{port}"
 
-    def refuse_home(self, i: int) -> None:
-        """Public host i drops every connection that starts at home (from the router's WAN address),
-        as a peer behind its own NAT would: between home and host i only a relay carries anything."""
-        self._sh(self.names[i], "iptables", "-w", "-A", "INPUT", "-s", self.wan_addr, "-p", "tcp", "--syn",
-                 "-j", "DROP")
+    def refuse_home(self, i: int, home: int | None = None) -> None:
+        """Public host i drops every connection that starts at a home (from its router's WAN address),
+        as a peer behind its own NAT would: between that home and host i only a relay carries anything."""
+        wan = self._homes[self.home if home is None else home].wan_addr
+        self._sh(self.names[i], "iptables", "-w", "-A", "INPUT", "-s", wan, "-p", "tcp", "--syn", "-j", "DROP")
 
     def count_traffic(self, addrs: list[str], home: int | None = None) -> None:
         """Count the bytes a home's router forwards between home and each of `addrs` (traffic_bytes)."""
@@ -149,6 +149,10 @@ class NatHosts(Hosts):
                 elif dst != "0.0.0.0/0" and src == "0.0.0.0/0":
                     found[dst] = found.get(dst, 0) + int(cols[1])
         return found
+
+    def wan_of(self, home: int) -> str:
+        """The public address home `home` (a host index) goes out from."""
+        return self._homes[home].wan_addr
 
     def _router(self, home: int | None) -> str:
         return self._homes[self.home if home is None else home].router_ns
