@@ -84,7 +84,8 @@ async def self_test(maddrs: list[str], announced: bool = False, timeout_s: float
         verdict = "local-only"
         advice = (f"only private or loopback addresses: peers outside this network cannot dial us. Forward "
                   f"TCP port {port_text} on your router and pass --announce-maddrs /ip4/<public-ip>/tcp/{port_text} "
-                  f"(with a fixed port in --host-maddrs), or ignore this for a local swarm")
+                  f"(with a fixed port in --host-maddrs); without a forward, --relay-via <4 relays' addresses> "
+                  f"lets peers that we never dialled reach us (docs/nat.md); or ignore this for a local swarm")
     else:
         verdict, advice = "unknown", "no TCP address to test (only non-IP transports are advertised)"
     return Reachability(verdict, tuple(maddrs), dialable, relayed, public, advice)
