@@ -11,7 +11,11 @@ relayed end dearer, coordinator/planner/relayed.py):
   hosts: libp2p reserves at once only with four candidates). A home peer reaches public peers
   over connections it opens; others reach it over those, or through a relay;
 - strict: as nat, but the public peers also refuse every connection from the homes (as if they
-  were behind NAT too), so every byte to or from a home peer crosses a relay: the relays' worst case.
+  were behind NAT too) and hold relay slots themselves (`--relay-via`; their self-test still
+  says public, so the planner sees the same two relayed peers), so every byte to or from a home
+  peer crosses a relay: the relays' worst case. (Refusing without relay slots, a home peer that
+  a public peer had not dialled first could not reach it at all: one such run took 6-29 s an
+  iteration, the home peer's dials and DHT stores waiting on dropped connections.)
 Measured per swarm over the same window of iterations (after `--skip` warm-up ones): the mean
 iteration time, microbatches lost, and the bytes the home routers forwarded to the relay hosts
 (relayed bytes: nothing else talks to those hosts) and straight to another home's router (a
@@ -56,15 +60,15 @@ def wait_rows(log: Path, count: int, timeout: float) -> list[dict]:
     raise RuntimeError(f"{count} iterations not reached in {timeout:.0f}s:\n{log.read_text()[-3000:]}")
 
 
-def swarm(hosts: NatHosts, work: Path, peer_hosts: list[int], args, relays: list[str]) -> list:
-    """Coordinator in host 0 and a peer in each of peer_hosts (home ones relay via `relays`);
-    returns the processes started."""
+def swarm(hosts: NatHosts, work: Path, peer_hosts: list[int], args, relays: list[str], via: set[int]) -> list:
+    """Coordinator in host 0 and a peer in each of peer_hosts (those in `via` hold slots on
+    `relays`); returns the processes started."""
     work.mkdir(parents=True, exist_ok=True)
     first = len(hosts.processes)
     maddrs = wait_maddrs(start_coordinator(hosts, 0, work, "--stages", str(args.stages), "--min-peers",
                                            str(len(peer_hosts)), "--steps", "100000", *SWARM), 120)
     for i in peer_hosts:
-        extra = ("--relay-via", *relays) if i in hosts.homes else ()
+        extra = ("--relay-via", *relays) if i in via else ()
         start_peer(hosts, i, work, maddrs, "auto", *extra)
     return hosts.processes[first:]
 
@@ -105,7 +109,7 @@ def run(args, work: Path) -> dict:
     relay_hosts = [1 + args.peers, 2 + args.peers]
     out = dict(homes=homes)
     with NatHosts(3 + args.peers, homes=homes) as hosts:
-        procs = swarm(hosts, work / "public", public + stand_ins, args, [])
+        procs = swarm(hosts, work / "public", public + stand_ins, args, [], set())
         out["public"], _ = measure(hosts, work / "public" / "coordinator.log", args, [])
         end(hosts, procs)
         first = len(hosts.processes)
@@ -116,11 +120,13 @@ def run(args, work: Path) -> dict:
         for home in hosts.homes:     # to the relays, and straight to another home's router
             hosts.count_traffic(relay_addrs + [w for w in wans if w != hosts.wan_of(home)], home)
         for name in ("nat", "strict"):
+            via = set(hosts.homes)
             if name == "strict":     # public peers refuse connections from homes: all crosses a relay
                 for i in public:
                     for home in hosts.homes:
                         hosts.refuse_home(i, home)
-            procs = swarm(hosts, work / name, public + hosts.homes, args, relays)
+                via |= set(public)   # and hold relay slots, or a home could never reach them
+            procs = swarm(hosts, work / name, public + hosts.homes, args, relays, via)
             log = work / name / "coordinator.log"
             out[name], moved = measure(hosts, log, args, relay_addrs + wans)
             out[name]["relayed"] = {a: moved[a] for a in relay_addrs}
