@@ -35,7 +35,7 @@ from peer.routing.health import Health
 from peer.metrics import MeteredTransport, PeerMetrics, metrics_routes
 from peer.isolation import IsolationMonitor
 from peer.reachability import run_self_test
-from swarmcore.relay import relay_count_advice, relay_kwargs, wait_for_circuit
+from swarmcore.relay import relay_count_advice, relay_kwargs, visible_maddrs, wait_for_circuit
 from peer.status import status_line
 from peer.transport.hivemind_p2p import HivemindTransport
 from peer.transport.rpc import RpcClient, RpcServer
@@ -145,7 +145,9 @@ class PeerApp:
                 raise StartupError(str(exc)) from None
         if cfg.relay_via:    # our advert should carry the circuit addresses others dial us by
             await self._unless_stopped(self._wait_for_relay(p2p))
-        maddrs = tuple(str(a) for a in dht.get_visible_maddrs())
+            maddrs = tuple(await visible_maddrs(p2p))
+        else:
+            maddrs = tuple(str(a) for a in dht.get_visible_maddrs())
         self.announcer = Announcer(self.records, self.guard.sign_advert(runtime.advert(me, maddrs)),
                                    cfg.announce_period_s)
         self.book = ScheduleBook()

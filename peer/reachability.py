@@ -10,6 +10,8 @@ import ipaddress
 import logging
 from dataclasses import asdict, dataclass, field
 
+from swarmcore.relay import visible_maddrs
+
 logger = logging.getLogger("skippipe.peer.reachability")
 DIAL_TIMEOUT_S = 2.0
 
@@ -94,7 +96,7 @@ async def self_test(maddrs: list[str], announced: bool = False, timeout_s: float
 async def run_self_test(p2p, announced: bool) -> Reachability:
     """The test on a hivemind P2P instance; never raises (a failed test is a verdict)."""
     try:
-        maddrs = [str(a) for a in await p2p.get_visible_maddrs(latest=True)]
+        maddrs = await visible_maddrs(p2p)    # retried: empty for a moment while a relay slot comes in
         result = await self_test(maddrs, announced)
     except Exception as exc:  # the daemon could not tell us its addresses
         result = Reachability("unknown", advice=f"self-test failed: {exc}")

@@ -55,7 +55,21 @@ async def wait_for_circuit(p2p, timeout_s: float, poll_s: float = 0.25) -> list[
     """Our /p2p-circuit addresses once autorelay has a reservation, or [] after timeout_s."""
     deadline = time.monotonic() + timeout_s
     while True:
-        found = circuit_maddrs(await p2p.get_visible_maddrs(latest=True))
+        found = circuit_maddrs(await visible_maddrs(p2p, tries=1))
         if found or time.monotonic() >= deadline:
             return found
         await asyncio.sleep(poll_s)
+
+
+async def visible_maddrs(p2p, tries: int = 40, poll_s: float = 0.25) -> list[str]:
+    """Our advertised addresses. While autorelay swaps our public addresses for circuit ones the
+    daemon may briefly have none (hivemind raises "No multiaddrs found"): ask again a few times."""
+    for attempt in range(tries):
+        try:
+            found = [str(m) for m in await p2p.get_visible_maddrs(latest=True)]
+        except ValueError:
+            found = []
+        if found or attempt == tries - 1:
+            return found
+        await asyncio.sleep(poll_s)
+    return []

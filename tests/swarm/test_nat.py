@@ -67,15 +67,16 @@ def test_a_home_peer_behind_nat_reserves_relay_slots_and_trains_through_them(nat
     """--relay-via: the home peer reserves slots on four relays (the coordinator with --serve-relay
     and three relay-only nodes: libp2p reserves at once only with four candidates, docs/nat.md),
     advertises circuit addresses and reports `relayed`. The stage-0 peer refuses every connection
-    from home (as if it were behind NAT too), so every activation and gradient between them
-    crosses a relay: training completes only if the relay carries it."""
+    from home (as if it were behind NAT too, so it holds relay slots as well: else home could only
+    answer over connections the stage-0 peer opened), so every activation and gradient between
+    them crosses a relay: training completes only if the relay carries it."""
     hosts = nat_hosts
     maddrs = wait_maddrs(start_coordinator(hosts, 0, tmp_path, "--stages", "2", "--min-peers", "2",
                                            "--steps", "3", "--serve-relay"))
     relays = [*maddrs[:1], *start_relays(hosts, 0, 3, tmp_path)]
     hosts.refuse_home(1)
     hosts.count_traffic(hosts.addrs[:2])
-    start_peer(hosts, 1, tmp_path, maddrs, 0)
+    start_peer(hosts, 1, tmp_path, maddrs, 0, "--relay-via", *relays)
     start_peer(hosts, hosts.home, tmp_path, maddrs, 1, "--relay-via", *relays)
     home_log = tmp_path / f"peer{hosts.home}.log"
     log = wait_log(home_log, "reachability: relayed", 45, poll_s=0.25)

@@ -3,7 +3,7 @@ import asyncio
 
 import pytest
 
-from swarmcore.relay import MIN_RELAYS, RelayConfigError, relay_count_advice, relay_kwargs, wait_for_circuit
+from swarmcore.relay import MIN_RELAYS, RelayConfigError, relay_count_advice, relay_kwargs, visible_maddrs, wait_for_circuit
 
 RELAY = "/ip4/11.0.0.1/tcp/4000/p2p/12D3KooWSukL1J4UWniYR6yUygbZHKe8wtwnYNJ63kuyyZXSLXWJ"
 
@@ -57,3 +57,20 @@ def test_wait_for_circuit_returns_the_circuit_addresses_once_reserved():
 
 def test_wait_for_circuit_gives_up_empty():
     assert asyncio.run(wait_for_circuit(FakeP2P(after_calls=10**9), timeout_s=0.05, poll_s=0.01)) == []
+
+
+class EmptyAtFirst:
+    """hivemind raises "No multiaddrs found" while autorelay swaps our addresses."""
+    def __init__(self, failures: int):
+        self.failures = failures
+
+    async def get_visible_maddrs(self, latest=False):
+        if self.failures:
+            self.failures -= 1
+            raise ValueError("No multiaddrs found for peer QmMe")
+        return ["/ip4/192.168.1.2/tcp/5000/p2p/QmMe"]
+
+
+def test_visible_maddrs_asks_again_while_the_daemon_has_none():
+    assert asyncio.run(visible_maddrs(EmptyAtFirst(3), poll_s=0.01)) == ["/ip4/192.168.1.2/tcp/5000/p2p/QmMe"]
+    assert asyncio.run(visible_maddrs(EmptyAtFirst(10), tries=3, poll_s=0.01)) == []
