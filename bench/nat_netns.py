@@ -150,6 +150,24 @@ class NatHosts(Hosts):
                     found[dst] = found.get(dst, 0) + int(cols[1])
         return found
 
+    def count_ports(self, i: int, ports: list[int]) -> None:
+        """Count the TCP bytes public host i sends and receives on each of these local ports."""
+        for port in ports:
+            self._sh(self.names[i], "iptables", "-w", "-I", "INPUT", "1", "-p", "tcp", "--dport", str(port))
+            self._sh(self.names[i], "iptables", "-w", "-I", "OUTPUT", "1", "-p", "tcp", "--sport", str(port))
+
+    def port_bytes(self, i: int) -> dict[int, int]:
+        """{local port: bytes both ways} for the ports given to count_ports."""
+        found: dict[int, int] = {}
+        for chain in ("INPUT", "OUTPUT"):
+            out = self._sh(self.names[i], "iptables", "-w", "-L", chain, "-v", "-n", "-x")
+            for line in out.splitlines():
+                cols = line.split()
+                port = next((c.split(":")[1] for c in cols if c.startswith(("dpt:", "spt:"))), None)
+                if port and cols[0].isdigit():
+                    found[int(port)] = found.get(int(port), 0) + int(cols[1])
+        return found
+
     def wan_of(self, home: int) -> str:
         """The public address home `home` (a host index) goes out from."""
         return self._homes[home].wan_addr

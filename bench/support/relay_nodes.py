@@ -35,17 +35,18 @@ async def _serve(addr: str, count: int, out: Path) -> None:
         await node.shutdown()
 
 
-def start_relays(hosts, i: int, count: int, work: Path, timeout_s: float = 60.0) -> list[str]:
-    """Start `count` relay nodes in host i of `hosts`; their multiaddrs once they are up."""
-    out = work / f"relays{i}.json"
+def start_relays(hosts, i: int, count: int, work: Path, timeout_s: float = 60.0, name: str = "") -> list[str]:
+    """Start `count` relay nodes (one process) in host i of `hosts`; their multiaddrs once they are
+    up. The process is hosts.processes[-1] on return; `name` tells several in one host apart."""
+    out = work / f"relays{i}{name}.json"
     hosts.popen(i, [sys.executable, "-m", "bench.support.relay_nodes", hosts.addrs[i], str(count), str(out)],
-                work / f"relays{i}.log")
+                work / f"relays{i}{name}.log")
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if out.exists():
             return json.loads(out.read_text())
         time.sleep(0.2)
-    log = (work / f"relays{i}.log").read_text()[-2000:]
+    log = (work / f"relays{i}{name}.log").read_text()[-2000:]
     raise RuntimeError(f"relay nodes in host {i} not up within {timeout_s:.0f}s:\n{log}")
 
 

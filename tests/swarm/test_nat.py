@@ -63,31 +63,47 @@ def test_a_home_peer_without_a_forward_is_local_only_yet_trains_over_connections
     assert hosts.dnat_packets() == 0
 
 
-def test_a_home_peer_behind_nat_reserves_relay_slots_and_trains_through_them(nat_hosts, tmp_path):
-    """--relay-via: the home peer reserves slots on four relays (the coordinator with --serve-relay
-    and three relay-only nodes: libp2p reserves at once only with four candidates, docs/nat.md),
+def _port(maddr: str) -> int:
+    return int(maddr.split("/tcp/")[1].split("/")[0])
+
+
+def test_a_home_peer_behind_nat_trains_through_relays_and_outlives_the_busiest_relay(nat_hosts, tmp_path):
+    """--relay-via: the home peer reserves slots on four relay-only nodes (two processes of two,
+    as a --serve-relay peer's p2pd; libp2p reserves at once only with four candidates, docs/nat.md),
     advertises circuit addresses and reports `relayed`. The stage-0 peer refuses every connection
     from home (as if it were behind NAT too, so it holds relay slots as well: else home could only
     answer over connections the stage-0 peer opened), so every activation and gradient between
-    them crosses a relay: training completes only if the relay carries it."""
+    them crosses a relay: training completes only if the relay carries it. Then the relay process
+    that carried them dies mid-run: the next iterations go through the other one, nothing lost."""
     hosts = nat_hosts
     maddrs = wait_maddrs(start_coordinator(hosts, 0, tmp_path, "--stages", "2", "--min-peers", "2",
-                                           "--steps", "3", "--serve-relay"))
-    relays = [*maddrs[:1], *start_relays(hosts, 0, 3, tmp_path)]
+                                           "--steps", "1000"))    # still running when the relay dies
+    groups = []
+    for name in "ab":
+        groups.append((start_relays(hosts, 0, 2, tmp_path, name=name), hosts.processes[-1]))
+    relays = [m for group, _ in groups for m in group]
     hosts.refuse_home(1)
     hosts.count_traffic(hosts.addrs[:2])
+    hosts.count_ports(0, [_port(m) for m in relays])
     start_peer(hosts, 1, tmp_path, maddrs, 0, "--relay-via", *relays)
     start_peer(hosts, hosts.home, tmp_path, maddrs, 1, "--relay-via", *relays)
     home_log = tmp_path / f"peer{hosts.home}.log"
     log = wait_log(home_log, "reachability: relayed", 45, poll_s=0.25)
     assert "relay slot reserved" in log and "/p2p-circuit" in log
-    before = hosts.traffic_bytes()
     rows = wait_iterations(tmp_path / "coordinator.log", 3, 60)
     assert all(r["completed"] == 2 and r["lost"] == 0 for r in rows[:3]), rows
-    after = hosts.traffic_bytes()
-    relayed = after[hosts.addrs[0]] - before[hosts.addrs[0]]     # coordinator's host: the relays
-    assert after.get(hosts.addrs[1], 0) < 10_000, after           # home <-> stage 0: refused SYNs only
-    assert relayed > 100_000, (before, after)                     # activations and gradients
+    router = hosts.traffic_bytes()
+    assert router.get(hosts.addrs[1], 0) < 10_000, router         # home <-> stage 0: refused SYNs only
+    ports = hosts.port_bytes(0)
+    carried = [sum(ports.get(_port(m), 0) for m in group) for group, _ in groups]
+    assert max(carried) > 100_000, ports                           # activations and gradients
+    busiest = carried.index(max(carried))
+    hosts.stop(groups[busiest][1], grace_s=0)                     # that relay process is gone
+    done = len(wait_iterations(tmp_path / "coordinator.log", 3, 5))
+    rows = wait_iterations(tmp_path / "coordinator.log", done + 5, 60)
+    assert all(r["completed"] == 2 and r["lost"] == 0 for r in rows), rows
+    other = sum(hosts.port_bytes(0).get(_port(m), 0) for m in groups[1 - busiest][0])
+    assert other - carried[1 - busiest] > 100_000, (carried, other)   # the other relay took over
 
 
 def test_without_a_forward_nothing_outside_can_dial_home(nat_hosts, tmp_path):

@@ -74,3 +74,21 @@ class EmptyAtFirst:
 def test_visible_maddrs_asks_again_while_the_daemon_has_none():
     assert asyncio.run(visible_maddrs(EmptyAtFirst(3), poll_s=0.01)) == ["/ip4/192.168.1.2/tcp/5000/p2p/QmMe"]
     assert asyncio.run(visible_maddrs(EmptyAtFirst(10), tries=3, poll_s=0.01)) == []
+
+
+def test_the_coordinator_and_the_peer_carry_the_relay_flags_into_their_configs(monkeypatch):
+    import argparse
+
+    from coordinator.cli import add_run_arguments, config_from_args
+    coordinator = argparse.ArgumentParser()
+    add_run_arguments(coordinator)
+    import coordinator.cli as cli
+    monkeypatch.setattr(cli, "run_config_fields", lambda args: {})   # the model and run flags: not ours
+    assert config_from_args(coordinator.parse_args(["--serve-relay"])).serve_relay is True
+    assert config_from_args(coordinator.parse_args([])).serve_relay is False
+    from peer.cli import build_parser as peer_parser
+    from peer.cli import config_from_args as peer_config
+    cfg = peer_config(peer_parser().parse_args(["--initial-peers", RELAY, "--relay-via", RELAY]))
+    assert cfg.relay_via == (RELAY,) and not cfg.serve_relay
+    with pytest.raises(SystemExit):   # one or the other
+        peer_parser().parse_args(["--initial-peers", RELAY, "--relay-via", RELAY, "--serve-relay"])
