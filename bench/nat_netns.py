@@ -125,10 +125,13 @@ class NatHosts(Hosts):
         return f"/ip4/{h.wan_addr}/tcp/{port}"
 
     def refuse_home(self, i: int, home: int | None = None) -> None:
-        """Public host i drops every connection that starts at a home (from its router's WAN address),
-        as a peer behind its own NAT would: between that home and host i only a relay carries anything."""
+        """Public host i exchanges no TCP at all with a home's public (router WAN) address, as a peer
+        behind a strict NAT of its own: no direct connection, not even a hole-punched one (a
+        simultaneous open gets through a rule that only drops SYNs), so between that home and
+        host i only a relay carries anything."""
         wan = self._homes[self.home if home is None else home].wan_addr
-        self._sh(self.names[i], "iptables", "-w", "-A", "INPUT", "-s", wan, "-p", "tcp", "--syn", "-j", "DROP")
+        self._sh(self.names[i], "iptables", "-w", "-A", "INPUT", "-s", wan, "-p", "tcp", "-j", "DROP")
+        self._sh(self.names[i], "iptables", "-w", "-A", "OUTPUT", "-d", wan, "-p", "tcp", "-j", "DROP")
 
     def count_traffic(self, addrs: list[str], home: int | None = None) -> None:
         """Count the bytes a home's router forwards between home and each of `addrs` (traffic_bytes)."""

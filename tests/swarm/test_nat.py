@@ -67,6 +67,7 @@ def _port(maddr: str) -> int:
     return int(maddr.split("/tcp/")[1].split("/")[0])
 
 
+@pytest.mark.timeout(180)     # ~25-45 s; five processes start on a box that may be busy
 def test_a_home_peer_behind_nat_trains_through_relays_and_outlives_the_busiest_relay(nat_hosts, tmp_path):
     """--relay-via: the home peer reserves slots on four relay-only nodes (two processes of two,
     as a --serve-relay peer's p2pd; libp2p reserves at once only with four candidates, docs/nat.md),
@@ -88,12 +89,12 @@ def test_a_home_peer_behind_nat_trains_through_relays_and_outlives_the_busiest_r
     start_peer(hosts, 1, tmp_path, maddrs, 0, "--relay-via", *relays)
     start_peer(hosts, hosts.home, tmp_path, maddrs, 1, "--relay-via", *relays)
     home_log = tmp_path / f"peer{hosts.home}.log"
-    log = wait_log(home_log, "reachability: relayed", 45, poll_s=0.25)
+    log = wait_log(home_log, "reachability: relayed", 90, poll_s=0.25)
     assert "relay slot reserved" in log and "/p2p-circuit" in log
     rows = wait_iterations(tmp_path / "coordinator.log", 3, 60)
     assert all(r["completed"] == 2 and r["lost"] == 0 for r in rows[:3]), rows
     router = hosts.traffic_bytes()
-    assert router.get(hosts.addrs[1], 0) < 10_000, router         # home <-> stage 0: refused SYNs only
+    assert router.get(hosts.addrs[1], 0) < 10_000, router         # home <-> stage 0: dropped SYNs only
     ports = hosts.port_bytes(0)
     carried = [sum(ports.get(_port(m), 0) for m in group) for group, _ in groups]
     assert max(carried) > 100_000, ports                           # activations and gradients
