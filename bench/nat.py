@@ -10,7 +10,7 @@ plans links with a relayed end dearer, coordinator/planner/relayed.py):
   with `--relay-via` four relay-only nodes (two processes of two nodes on two public relay
   hosts: libp2p reserves at once only with four candidates). A home peer reaches public peers
   over connections it opens; others reach it over those, or through a relay;
-- strict (--strict): as nat, but the public peers also refuse every connection from the homes
+- strict (--strict): as nat, but the public peers also drop all TCP to and from the homes
   and hold relay slots themselves (`--relay-via`, which hides their public addresses: all six
   peers then say `relayed`), so every byte between peers crosses a relay: the relays' worst
   case. As of 2026-12-05 this swarm stalls (docs/nat.md), hence not part of the default run.

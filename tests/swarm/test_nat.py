@@ -71,10 +71,11 @@ def _port(maddr: str) -> int:
 def test_a_home_peer_behind_nat_trains_through_relays_and_outlives_the_busiest_relay(nat_hosts, tmp_path):
     """--relay-via: the home peer reserves slots on four relay-only nodes (two processes of two,
     as a --serve-relay peer's p2pd; libp2p reserves at once only with four candidates, docs/nat.md),
-    advertises circuit addresses and reports `relayed`. The stage-0 peer refuses every connection
-    from home (as if it were behind NAT too, so it holds relay slots as well: else home could only
-    answer over connections the stage-0 peer opened), so every activation and gradient between
-    them crosses a relay: training completes only if the relay carries it. Then the relay process
+    advertises circuit addresses and reports `relayed`. The stage-0 peer drops all TCP to and
+    from home's address (as if behind a strict NAT too: no hole punching either), and holds relay
+    slots as well (else home could only answer over connections the stage-0 peer opened), so
+    every activation and gradient between them crosses a relay: training completes only if the
+    relay carries it. Then the relay process
     that carried them dies mid-run: the next iterations go through the other one, nothing lost."""
     hosts = nat_hosts
     maddrs = wait_maddrs(start_coordinator(hosts, 0, tmp_path, "--stages", "2", "--min-peers", "2",
