@@ -2,7 +2,8 @@
 skip ratio 1/3) through a scripted storm, one fault after another once the swarm is steady:
 
   pause      a stage-2 peer stopped with SIGSTOP for --pause-s, then resumed (SIGCONT)
-  rejoin     a stage-1 peer killed with SIGKILL, restarted 5 s later (same identity and stage)
+  rejoin     a stage-1 peer killed with SIGKILL, restarted 5 s later (same identity and stage);
+             like the next two, the phase's iterations count once the coordinator planned it back
   empty      both stage-2 peers killed at once, restarted 5 s later (the stage is empty meanwhile;
              skips carry the microbatches around it; they must come back with trained weights)
   restart    the coordinator stopped and a new one started (same organiser key, joining through
@@ -18,12 +19,13 @@ twice or skipped (from the origins' reported sample positions). The machine's lo
 printed beside, since everything shares its cores.
 
   python bench/faults.py [--phase-iterations 10] [--pause-s 10] [--only pause,restart]
-Last line: RESULT recovery_s_max=... lost=... reinit_stages=... twice=... skipped=... unsummarised=... load=...
+Last line: RESULT recovery_s_max=... lost=... reinit_stages=... twice=... skipped=... unsummarised=... exited=... load=...
 """
 import argparse
 import asyncio
 import collections
 import os
+import re
 import signal
 import statistics
 import sys
@@ -45,6 +47,7 @@ STAGES = [0, 1, 2, 0, 1, 2]          # peer i hosts stage i mod 3: origins 0 and
 WITHIN = 1.2                         # "back to normal": within 20% of the pre-fault time
 FRESH_MARK = "starts from FRESH weights"          # peer/pipeline/seat.py's error lines
 CHECKPOINT_MARK = "from its checkpoint of iteration"
+JOINED = re.compile(r"joined run .* as (\w+)")
 
 
 def parse_args() -> argparse.Namespace:
@@ -70,6 +73,7 @@ class Storm:
         self.tmp = tmp
         self.rows: dict[int, object] = {}          # iteration -> IterationSummary, across coordinators
         self.procs: dict[int, object] = {}
+        self.logs: dict[int, Path] = {}
         self.app: CoordinatorApp | None = None
         self.task: asyncio.Task | None = None
         self.key = str(tmp / "organiser.pem")
@@ -96,7 +100,24 @@ class Storm:
                 "--host-maddrs", *LOOPBACK, "--cache-dir", str(self.tmp / "cache"),
                 "--identity", str(self.tmp / f"peer{slot}.key"), "--stage", str(STAGES[slot]),
                 "--checkpoint-dir", str(self.tmp / "checkpoints"), *extra]
-        self.procs[slot] = start_peer(args, self.tmp / f"peer{slot}.log")
+        log, n = self.tmp / f"peer{slot}.log", 1
+        while log.exists():           # a restarted peer keeps the log of the one it replaces
+            log, n = self.tmp / f"peer{slot}.{n}.log", n + 1
+        self.procs[slot] = start_peer(args, log)
+        self.logs[slot] = log
+
+    async def back_in_plan(self, slots: list[int], timeout: float) -> None:
+        """Until each restarted peer has joined and the coordinator's schedule includes it: the
+        phase then measures the swarm with it back (a peer still starting up proves nothing)."""
+        def ids():
+            found = [JOINED.search(self.logs[s].read_text(errors="replace")) for s in slots]
+            return [m.group(1) for m in found] if all(found) else None
+
+        def planned():
+            joined = ids()
+            return joined is not None and self.app.schedule is not None and \
+                all(p in self.app.schedule.stage_of() for p in joined)
+        await wait_for(planned, timeout, f"restarted peer(s) {slots} in the plan")
 
     def signal(self, slot: int, sig: int) -> None:
         os.killpg(self.procs[slot].pid, sig)            # its own session: the group is its pid
@@ -125,12 +146,14 @@ async def inject(storm: Storm, fault: str, args) -> None:
         storm.kill(1)
         await asyncio.sleep(5)
         storm.start_peer(1)
+        await storm.back_in_plan([1], args.phase_timeout)
     elif fault == "empty":
         storm.kill(2)
         storm.kill(5)
         await asyncio.sleep(5)
         storm.start_peer(2)
         storm.start_peer(5)
+        await storm.back_in_plan([2, 5], args.phase_timeout)
     elif fault == "restart":
         maddrs = [a for adv in (await storm.app.records.get_adverts()).values() for a in adv.maddrs
                   if "127.0.0.1" in a]
@@ -140,6 +163,7 @@ async def inject(storm: Storm, fault: str, args) -> None:
     elif fault == "liar":
         storm.kill(4)
         storm.start_peer(4, "--fault", "stall@0:8")
+        await storm.back_in_plan([4], args.phase_timeout)
 
 
 def measure(storm: Storm, fault: str, fault_at: float, first: int, marks_before: tuple[int, int],
@@ -156,6 +180,7 @@ def measure(storm: Storm, fault: str, fault_at: float, first: int, marks_before:
             break
     return {"fault": fault, "normal_s": normal, "recovery_s": recovered, "lost": sum(r.lost for r in after),
             "slowest_s": max((r.duration_s for r in after), default=0.0), "iterations": len(after),
+            "exited": sorted(slot for slot, proc in storm.procs.items() if proc.poll() is not None),
             "reinit": storm.log_count(FRESH_MARK) - marks_before[0],
             "from_checkpoint": storm.log_count(CHECKPOINT_MARK) - marks_before[1]}
 
@@ -222,6 +247,8 @@ def print_row(r: dict) -> None:
     print(f"   {r['fault']:8s} normal {r['normal_s']:.2f} s  back within 20% after {rec} s  slowest {r['slowest_s']:.1f} s"
           f"  lost {r['lost']}  fresh stages {r['reinit']}  from a checkpoint {r['from_checkpoint']}"
           f"  ({r['iterations']} iterations)", flush=True)
+    if r["exited"]:   # e.g. a restarted peer that could not join: the phase did not test what it says
+        print(f"   peers that exited: {r['exited']} (their logs: peerN*.log)", flush=True)
 
 
 def main() -> int:
@@ -238,7 +265,7 @@ def main() -> int:
     print(f"samples trained twice: {twice}; skipped: {skipped}; iterations no coordinator summarised: {unread}")
     print(f"RESULT recovery_s_max={worst:.1f} lost={sum(r['lost'] for r in rows)} "
           f"reinit_stages={sum(r['reinit'] for r in rows)} twice={twice} skipped={skipped} unsummarised={unread} "
-          f"faults={len(rows)} load={os.getloadavg()[0]:.1f}")
+          f"faults={len(rows)} exited={len(rows[-1]['exited']) if rows else 0} load={os.getloadavg()[0]:.1f}")
     return 0
 
 

@@ -35,7 +35,8 @@ from coordinator.members import admission_for
 from coordinator.organiser_key import OrganiserKeyError, load_or_create_organiser_key, run_address
 from coordinator.planner import PlanConfig, PlanningError, plan
 from coordinator.iteration_summaries import IterationSummary, ProgressTracker
-from coordinator.replanner import CollapseGuard, PresenceTracker, ReplanPolicy, switch_iteration
+from coordinator.replanner import CollapseGuard, PresenceTracker, ReplanPolicy, switch_from_progress
+from coordinator.slow_peers import SlowPeers
 from coordinator.status_page import StatusView
 from coordinator.advert_check import AdvertGate
 from coordinator.swarm_view import BanList, NotPlannable, SwarmSnapshot, to_topology
@@ -113,6 +114,7 @@ class CoordinatorApp:
         self.advert_gate = AdvertGate(self.spec)   # adverts the spec rules out: ignored, logged once
         self.snapshot: SwarmSnapshot | None = None      # the latest round's view (status page)
         self.collapse_guard = CollapseGuard()
+        self.slow_peers = SlowPeers()   # demoted by measured speed (slow_peers.py)
         self.topology = None                # what the current schedule was planned for (Gantt)
         self.last_reports: dict = {}        # peer -> IterationReport of the last completed iteration
         self.status = StatusView(self)
@@ -237,7 +239,8 @@ class CoordinatorApp:
         self.snapshot = snapshot
         self.status.observe(snapshot)
         self.presence.observe(frozenset(snapshot.online), now)
-        if self.presence.should_plan(now):
+        self.slow_peers.observe({p: a.measured_fwd_s_per_layer_sample for p, a in snapshot.online.items()}, now)
+        if self.presence.should_plan(now) or (self.slow_peers.pending() and self.presence.gap_passed(now)):
             await self._replan(snapshot)
             self.presence.planned_now(now)
         self.progress.add(await self.records.get_progress())
@@ -274,7 +277,7 @@ class CoordinatorApp:
         epoch = self.schedule.epoch + 1 if self.schedule else 1
         try:
             topology = to_topology(snapshot, self.spec, {p: s for p, s in pinned.items() if p in snapshot.online})
-            topology = self.adjust_topology(topology)
+            topology = self.slow_peers.apply(self.adjust_topology(topology))
             t0 = time.perf_counter()
             config = PlanConfig(strategy=self.config.strategy, skip_ratio=self.spec.skip_ratio,
                                 run=self.spec.run, epoch=epoch, overheads=self.config.overheads,
@@ -292,14 +295,16 @@ class CoordinatorApp:
         self.topology = topology
         self.replans.append({"epoch": epoch, "published_at": time.time(), "start_iteration": schedule.start_iteration,
                              "peers": len(topology.nodes), "predicted_iteration_s": schedule.predicted_iteration_s,
+                             "slow_peers": {p: round(r, 2) for p, r in self.slow_peers.factors.items()},
                              "membership_changed_at": time.time() - (time.monotonic() - self.presence.changed_at)})
         stages = {}
         for peer, stage in schedule.stage_of().items():
             stages.setdefault(stage, []).append(peer[:8])
         logger.info("published epoch %d from iteration %d: %d peers, %d routes, predicted %.2fs/iteration "
-                    "(planned in %.2fs); stages %s", epoch, schedule.start_iteration, len(topology.nodes),
-                    len(schedule.routes), schedule.predicted_iteration_s, time.perf_counter() - t0,
-                    {s: len(p) for s, p in sorted(stages.items())})
+                    "(planned in %.2fs); stages %s; slow peers (measured): %s", epoch, schedule.start_iteration,
+                    len(topology.nodes), len(schedule.routes), schedule.predicted_iteration_s,
+                    time.perf_counter() - t0, {s: len(p) for s, p in sorted(stages.items())},
+                    self.slow_peers.describe())
 
     async def _republish(self, why: str) -> None:
         """The current routes as a new epoch: only its data fields change."""
@@ -319,7 +324,8 @@ class CoordinatorApp:
             return self.resumed.iteration if self.resumed else 0
         latest = max(self.progress.latest_reported(), self.summaries[-1].iteration if self.summaries else -1)
         since = time.time() - self.summaries[-1].finished_at if self.summaries else 0.0
-        return switch_iteration(latest, [s.duration_s for s in self.summaries[-5:]], since, self.config.switch_margin_s)
+        return switch_from_progress(latest, [s.duration_s for s in self.summaries[-5:]], since,
+                                    self.config.switch_margin_s, self.progress.freshest(), time.time())
 
     def _adopt(self, schedule: Schedule) -> None:
         self.schedule = schedule

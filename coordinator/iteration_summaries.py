@@ -58,8 +58,12 @@ class ProgressTracker:
     started: bool = False          # the first report fixes where we start (runs may resume)
     reports: dict[int, dict[str, IterationReport]] = field(default_factory=dict)
     missed: int = 0                # iterations whose reports left every origin's window unread
+    written: dict[str, tuple[int, float]] = field(default_factory=dict)   # peer -> (newest iteration, written_at)
 
     def add(self, records: dict[str, ProgressRecord]) -> None:
+        for peer, record in records.items():
+            if record.reports and record.written_at > 0:
+                self.written[peer] = (max(r.iteration for r in record.reports), record.written_at)
         oldest = [min(r.iteration for r in rec.reports) for rec in records.values() if rec.reports]
         if self.started and oldest and min(oldest) > self.next_iteration and self.next_iteration not in self.reports:
             # every origin's window has moved past the iterations we wait for (we read too
@@ -105,6 +109,11 @@ class ProgressTracker:
             del self.reports[self.next_iteration]
             self.next_iteration += 1
         return done
+
+    def freshest(self) -> tuple[int, float] | None:
+        """(newest iteration, written_at) of the most recently stored progress record, if any
+        peer dates its records (protocol 1.7)."""
+        return max(self.written.values(), key=lambda w: w[1], default=None)
 
     def latest_reported(self) -> int:
         return max(self.reports, default=self.next_iteration - 1)

@@ -20,6 +20,7 @@ from peer.startup_errors import StartupError   # raised here; importers of peer.
 from peer.emulated_node import EmulationError, emulate
 from peer.security.guard import PeerGuard
 from peer.security.limits import coalesced
+from peer.discovery import known_peers
 from peer.discovery.announcer import Announcer
 from peer.discovery.link_prober import measure_link
 from peer.discovery.rebootstrap import peer_ids_of, rebootstrap
@@ -48,6 +49,10 @@ REPUBLISH_WHILE_LINGERING_S = 2.0   # a put lost to a DHT in flux (peers leaving
 REPORTS_KEPT = 64   # the coordinator reads progress about once a second: enough for fast tiny swarms
 SPOT_CHECKS_TTL_S = 1800.0   # our spot-check reports stay readable this long after the last one
 SPEC_HINT_AFTER_S = 5.0      # a wrong --run shows as this one log line, not a silent minute
+PROGRESS_HEARTBEAT_S = 2.0   # origins re-store their progress record at least this often
+SPEED_ADVERT_PERIOD_S = 5.0  # measured speed into the advert (and an idle peer's probe) this often
+JOIN_ATTEMPTS = 3            # joining through --initial-peers, with JOIN_RETRY_S x attempt between
+JOIN_RETRY_S = 3.0
 DHT_SHUTDOWN_S = 1.5         # then hivemind terminates its DHT child: inside the 5 s a stop may take
 RELAY_WAIT_S = 20.0          # with --relay-via: how long we wait for a relay slot before announcing
 
@@ -56,17 +61,32 @@ class Stopped(Exception):
     """A stop signal arrived while starting up: leave without joining."""
 
 
-def start_dht(config: PeerConfig, guard: PeerGuard) -> DHT:
-    try:
-        return safe_for_large_calls(DHT(
-            start=True, initial_peers=list(config.initial_peers), host_maddrs=list(config.host_maddrs),
-            announce_maddrs=list(config.announce_maddrs) or None, shutdown_timeout=DHT_SHUTDOWN_S,
-            **relay_kwargs(config.relay_via, config.serve_relay), **guard.dht_kwargs()))
-    except Exception as exc:
-        if guard.is_duplicate(exc):
-            raise StartupError(guard.duplicate_message()) from None
-        raise StartupError(f"could not join the swarm through {', '.join(config.initial_peers)}: {exc}. "
-                           f"Is the coordinator running, and is that address reachable from here?") from None
+def start_dht(config: PeerConfig, guard: PeerGuard, attempts: int = JOIN_ATTEMPTS) -> DHT:
+    """Join through --initial-peers, a few times: a peer restarted right after it died (same
+    identity) was once refused by a bootstrap peer still holding the dead one's connection."""
+    initial = list(config.initial_peers)
+    for attempt in range(1, attempts + 1):
+        try:
+            return safe_for_large_calls(DHT(
+                start=True, initial_peers=initial, host_maddrs=list(config.host_maddrs),
+                announce_maddrs=list(config.announce_maddrs) or None, shutdown_timeout=DHT_SHUTDOWN_S,
+                **relay_kwargs(config.relay_via, config.serve_relay), **guard.dht_kwargs()))
+        except Exception as exc:
+            if guard.is_duplicate(exc):
+                raise StartupError(guard.duplicate_message()) from None
+            if attempt == attempts:
+                raise StartupError(f"could not join the swarm through {', '.join(config.initial_peers)} "
+                                   f"({attempts} attempts): {exc}. Is the coordinator running, and is that "
+                                   f"address reachable from here?") from None
+            logger.warning("joining through %s failed (attempt %d of %d), trying again in %.0fs: %s",
+                           ", ".join(config.initial_peers), attempt, attempts, JOIN_RETRY_S * attempt,
+                           str(exc).splitlines()[0][:200])
+            time.sleep(JOIN_RETRY_S * attempt)
+            remembered = [a for a in known_peers.load(config.cache_dir, config.run) if a not in initial]
+            if remembered:
+                logger.info("also trying %d peer(s) this peer trained with before (%s)", len(remembered),
+                            known_peers.path_for(config.cache_dir, config.run))
+                initial = initial + remembered
 
 
 class PeerApp:
@@ -211,6 +231,7 @@ class PeerApp:
         crash in one of those is logged, the others go on); a stop cancels it all."""
         for loop in (
                 self.announcer.run(), self._watch_schedule(), self._probe_links(), self._print_status(),
+                self._advertise_speed(), self._progress_heartbeat(),
                 IsolationMonitor(self.isolation, self.health, self.worker.ledger, self.book, self.records, self.rpc,
                                  self.announcer.advert.peer_id, self.config.announce_period_s,
                                  self.config.dht_poll_s, rebootstrap=self._rebootstrap).run(),
@@ -296,6 +317,8 @@ class PeerApp:
             except Exception as exc:
                 logger.debug("listing peers failed: %s", exc)
                 adverts = {}
+            known_peers.save(self.config.cache_dir, self.config.run,
+                             [a for adv in adverts.values() if adv.state == PeerState.ONLINE for a in adv.maddrs], me)
             links = []
             for peer in sorted(adverts):
                 if peer != me and adverts[peer].state == PeerState.ONLINE:
@@ -308,6 +331,29 @@ class PeerApp:
                 except Exception as exc:
                     logger.debug("publishing links failed: %s", exc)
             await asyncio.sleep(period_s if links else 3.0)
+
+    async def _progress_heartbeat(self) -> None:
+        """Our progress record re-stored while no iteration ends: the coordinator then sees the
+        swarm stalled where it is, and starts a re-plan's epoch near it (replanner.py)."""
+        while True:
+            await asyncio.sleep(PROGRESS_HEARTBEAT_S)
+            if self.reports:
+                self.progress_publisher.kick()
+
+    async def _advertise_speed(self) -> None:
+        """The forward speed measured while training into the advert, when it moved by a fifth
+        (each change is a DHT store); probed while no work comes (peer/pipeline/speed_meter.py)."""
+        seat, spec = self.worker.seat, self.worker.spec
+        while True:
+            await asyncio.sleep(SPEED_ADVERT_PERIOD_S)
+            try:
+                await seat.probe_speed(spec.microbatch_samples, spec.seq_len)
+            except Exception as exc:   # a probe racing a stage change: try again next period
+                logger.debug("speed probe failed: %s", exc)
+            measured = seat.speed.current()
+            advertised = self.announcer.advert.measured_fwd_s_per_layer_sample
+            if (measured > 0) != (advertised > 0) or abs(measured - advertised) > 0.2 * advertised:
+                self.announcer.update(measured_fwd_s_per_layer_sample=measured)
 
     async def _print_status(self) -> None:
         while True:
@@ -330,8 +376,10 @@ class PeerApp:
         self.progress_publisher.kick()   # in the background: the next iteration does not wait for the DHT
 
     def _put_progress(self):
-        return self.records.put_progress(ProgressRecord(self.announcer.advert.peer_id, tuple(self.reports)),
+        return self.records.put_progress(ProgressRecord(self.announcer.advert.peer_id, tuple(self.reports),
+                                                        written_at=time.time()),
                                          ttl_s=600.0)
+
 
 
 def run_peer(config: PeerConfig) -> int:

@@ -1,4 +1,5 @@
 """What a peer announces about itself, and what it measured about its links."""
+import math
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -39,12 +40,17 @@ class PeerAdvert:
     member_proof: bytes = b""         # HMAC(join key, run, peer_id) when the run needs a join key
     reachability: str = ""            # the peer's start-up self-test verdict (peer/reachability.py)
     invite_claim: bytes = b""         # protocol/invitations.make_claim, when admitted by invitation
+    # v1.7: fwd_s_per_layer_sample as measured while training (0: not yet); the coordinator
+    # demotes peers far slower than the swarm by it (coordinator/slow_peers.py)
+    measured_fwd_s_per_layer_sample: float = 0.0
 
     def __post_init__(self):
         if self.memory_free_bytes < 0:
             raise FieldError("memory_free_bytes", "must be >= 0")
         if self.fwd_s_per_layer_sample < 0:
             raise FieldError("fwd_s_per_layer_sample", "must be >= 0")
+        if not (math.isfinite(self.measured_fwd_s_per_layer_sample) and self.measured_fwd_s_per_layer_sample >= 0):
+            raise FieldError("measured_fwd_s_per_layer_sample", "must be finite and >= 0")
         if self.stage < STAGE_AUTO:
             raise FieldError("stage", f"must be >= 0 or {STAGE_AUTO} (auto)")
         if not 0 <= self.layer_start <= self.layer_end:

@@ -304,6 +304,13 @@ class ProgressRecord:
 
     peer_id: str
     reports: tuple[IterationReport, ...]
+    # v1.7: when the peer stored it (its wall clock), re-stored every few seconds even while no
+    # iteration ends: a stalled swarm shows as fresh records with old iterations (0: unknown)
+    written_at: float = 0.0
+
+    def __post_init__(self):
+        if not (math.isfinite(self.written_at) and self.written_at >= 0):
+            raise FieldError("written_at", "must be finite and >= 0")
 
 
 DATA_CHUNK_BYTES = 1 << 20           # one DataReply carries at most this much of a file

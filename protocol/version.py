@@ -9,7 +9,8 @@ from pathlib import Path
 from protocol.errors import VersionMismatch
 
 PROTOCOL_MAJOR = 1
-PROTOCOL_MINOR = 6          # 5: invitations (PeerAdvert.invite_claim, Roster); 6: quantised tensors
+PROTOCOL_MINOR = 7          # 5: invitations (PeerAdvert.invite_claim, Roster); 6: quantised tensors;
+                            # 7: PeerAdvert.measured_fwd_s_per_layer_sample
 PROTOCOL_VERSION = (PROTOCOL_MAJOR, PROTOCOL_MINOR)
 PACKAGE_VERSION = "0.1.0"    # kept equal to pyproject.toml's by a unit test
 DISTRIBUTION = "skippipe-swarm"

@@ -36,6 +36,9 @@ class Flight:
     attempt: int                      # the attempt we sent on (and expect back)
     successor: str                    # the peer that owes us the backward
     upstream_attempt: int = 0         # the attempt our predecessor sent us (and expects back)
+    # peers that would not take it this iteration: not tried again (two replicas that both said
+    # ITERATION_OVER once bounced it between them until the iteration timed out)
+    refused: set[str] = field(default_factory=set)
 
 
 @dataclass

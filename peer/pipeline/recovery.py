@@ -108,6 +108,10 @@ class Recovery:
         h = self.health
         return peer not in h.departed and h.failures(peer) < 2 * h.suspect_after
 
+    @staticmethod
+    def _untried(flight, usable):
+        return lambda peer: peer not in flight.refused and usable(peer)
+
     def _budget(self, schedule: Schedule, mb: int) -> fallback.Budget:
         return fallback.budget_for(schedule.route(mb), schedule.num_stages, schedule.skip_ratio,
                                    self.settings.extra_skips)
@@ -122,11 +126,12 @@ class Recovery:
         if hop >= len(flight.route.hops):
             self._note(f"iteration {i} microbatch {mb}: its origin {dead[:12]} is unreachable")
             return
+        flight.refused.add(dead)
         decision = fallback.recover_hop(flight.route, hop, lambda s: pv.replicas(schedule, s),
-                                        health.usable, self._budget(schedule, mb))
+                                        self._untried(flight, health.usable), self._budget(schedule, mb))
         if decision.action == fallback.Action.REISSUE:  # rather a slow-looking replica than none
             decision = fallback.recover_hop(flight.route, hop, lambda s: pv.replicas(schedule, s),
-                                            self._not_departed, self._budget(schedule, mb))
+                                            self._untried(flight, self._not_departed), self._budget(schedule, mb))
         if decision.action == fallback.Action.REISSUE:
             if self.seat.runner.is_origin:
                 await self.reissue(i, mb, decision.detail)
@@ -154,10 +159,10 @@ class Recovery:
         entry = None if st is None else st.own.get(mb)
         if entry is None or entry.outcome is not None or mb not in st.flights:
             return
-        route = None
+        route, flight = None, st.flights[mb]
         for usable in (self.health.usable, self._not_departed):  # healthy peers first
             route = route or fallback.fresh_route(entry.planned, schedule.num_stages,
-                                                  lambda s: pv.replicas(schedule, s), usable,
+                                                  lambda s: pv.replicas(schedule, s), self._untried(flight, usable),
                                                   self._budget(schedule, mb))
         if route is None:
             self.lose(i, st, mb, f"{why}; no fresh route either")

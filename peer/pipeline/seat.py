@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 from peer.compute.runner import StageRunner
 from peer.pipeline.checkpoint import CheckpointStore
+from peer.pipeline.speed_meter import SpeedMeter, probe_forward, stage_layers
 
 logger = logging.getLogger(__name__)
 RunnerFactory = Callable[[int], StageRunner]
@@ -24,6 +25,7 @@ class StageSeat:
         self.stage: int | None = None
         self.stepped_iteration = -1           # the last iteration whose step is done
         self.stale_starts = 0                 # stages taken mid-run without their current state
+        self.speed = SpeedMeter()             # measured forward speed, advertised (speed_meter.py)
         # one thread: compute stays off the event loop (heartbeats keep flowing) and in order
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compute")
 
@@ -33,6 +35,30 @@ class StageSeat:
         if self.slowdown > 1.0:  # an emulated slow device (chaos "stall"); the loop stays live
             await asyncio.sleep((self.slowdown - 1.0) * (time.monotonic() - started))
         return result
+
+    async def forward(self, fn: Callable, key, tensor) -> Any:
+        """A forward of this stage, timed for the speed meter: its compute (times an emulated
+        slowdown), not its wait for the compute thread, which says more of our schedule than
+        of this machine."""
+        took = []
+
+        def timed(*args):
+            started = time.monotonic()
+            try:
+                return fn(*args)
+            finally:
+                took.append(time.monotonic() - started)
+        out = await self.compute(timed, key, tensor)
+        self.speed.observe(took[0] * self.slowdown, stage_layers(self.runner), tensor.shape[0])
+        return out
+
+    async def probe_speed(self, samples: int, seq_len: int) -> None:
+        """Time a probe forward when no real one came for a while (a demoted peer's way back)."""
+        if self.runner is None or not self.speed.probe_due():
+            return
+        started = time.monotonic()
+        if await self.compute(probe_forward, self.runner, samples, seq_len):
+            self.speed.observe((time.monotonic() - started), stage_layers(self.runner), samples)
 
     def set_slowdown(self, factor: float) -> None:
         self.slowdown = factor

@@ -282,12 +282,12 @@ class PipelineWorker:
                 return
         try:
             if task.kind == pv.Kind.ORIGIN_FORWARD:
-                out = await compute(r.forward_origin, key, work.tensor)
+                out = await self.seat.forward(r.forward_origin, key, work.tensor)
                 self._fly(st, work.route, 0, 0)
                 send(i, schedule, work.route, task, out, 0)
             elif task.kind == pv.Kind.FORWARD:
                 r.drop(key)  # an older attempt's activations, superseded by this one
-                out = await compute(r.forward, key, work.tensor)
+                out = await self.seat.forward(r.forward, key, work.tensor)
                 self._fly(st, work.route, task.hop_index, work.attempt)
                 send(i, schedule, work.route, task, out, work.attempt)
             elif task.kind == pv.Kind.HEAD:

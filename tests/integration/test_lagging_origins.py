@@ -131,10 +131,19 @@ async def test_when_every_origin_is_past_the_next_iteration_the_backstop_says_wh
     tasks = []
     lagging = LaggingOrigins(read, lambda c, w="": tasks.append(asyncio.ensure_future(c)) or tasks[-1],
                              lambda: asyncio.sleep(0))
+    woken = []
+
+    async def wake():
+        woken.append(1)
+    lagging.wake = wake
     lagging._last_read -= LaggingOrigins.MIN_WAIT_S + 0.1
-    lagging.check(5, IterationState(5), {"o", "o2"}, {"o", "o2"})
+    st = IterationState(5)
+    lagging.check(5, st, {"o", "o2"}, {"o", "o2"})
     await asyncio.gather(*tasks)
     assert lagging.swarm_at == 12             # the slower origin finished 11: the swarm is at 12
+    # the worker is woken to catch up; the iteration is not ended as if the origins were done
+    # with it (it then ended normally and the peer walked on, one read an iteration)
+    assert woken == [1] and st.done_origins == set()
     records["o2"] = progress("o2", 4)          # one origin not even past ours: no catch-up
     lagging = LaggingOrigins(read, lambda c, w="": tasks.append(asyncio.ensure_future(c)) or tasks[-1],
                              lambda: asyncio.sleep(0))

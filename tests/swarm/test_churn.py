@@ -5,13 +5,17 @@ the loss goes down."""
 import asyncio
 import contextlib
 import json
+import os
+import re
+import signal
 import subprocess
 import sys
 
 import pytest
 
 from protocol.topology import TOPOLOGY_FORMAT, Links, Node, Topology, Workload, topology_to_json
-from bench.support.harness import coordinator, peers, wait_for
+from bench.support.harness import LOOPBACK, coordinator, peers, stop_processes, wait_for
+from launcher.processes import start_peer
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 PER_ITERATION = 2 * 2          # 2 stage-0 peers x --microbatches 2
@@ -74,7 +78,7 @@ def test_a_stalled_peer_slows_and_a_stopped_one_pauses_but_neither_breaks_traini
     # misses meanwhile once made it, and the replica waiting for its share, wait out the 120 s
     # iteration timeout and lose microbatches after it resumed (issue 25)
     topology = write_uniform_topology(tmp_path / "uniform.json")
-    summary, out = run_chaos(tmp_path, "stall:2@iter3:10,pause:1@iter6:8", 10, "1/3", 4, "--topology", str(topology),
+    summary, out = run_chaos(tmp_path, "stall:2@iter3:10,pause:1@iter6:8", 12, "1/3", 4, "--topology", str(topology),
                              "--microbatch-samples", "16", "--seq-len", "128")
     rows = summary["iterations"]
     assert_accounted(rows, per_iteration=2 * 4)
@@ -84,6 +88,11 @@ def test_a_stalled_peer_slows_and_a_stopped_one_pauses_but_neither_breaks_traini
     assert "peer 1 stopped (SIGSTOP)" in out and "peer 1 resumed" in out
     assert max(r["duration_s"] for r in rows[6:]) < 40, rows       # nobody waited out the timeout
     assert summary["last_loss"] < summary["first_loss"]
+    # the stalled peer advertised what it measured, and the coordinator demoted it by that
+    # (its benchmark, and the topology file, say it is as fast as the rest)
+    stalled = re.search(r"peer (\w{12}) state=", (tmp_path / "logs" / "peer2.log").read_text()).group(1)
+    demoted = {p[:12]: ratio for r in summary["replans"] for p, ratio in r["slow_peers"].items()}
+    assert list(demoted) == [stalled] and demoted[stalled] >= 3, summary["replans"]
 
 
 def test_a_late_joiner_gets_the_stage_state_then_a_restarted_coordinator_continues(tmp_path):
@@ -100,7 +109,7 @@ def test_a_late_joiner_gets_the_stage_state_then_a_restarted_coordinator_continu
                 procs.enter_context(peers(first, tmp_path, 3, stages=[0, 1, 1]))
                 await wait_for(lambda: len(first.summaries) >= 3, 180, "3 iterations")
                 epoch = first.schedule.epoch
-                procs.enter_context(peers(first, tmp_path / "late", 1, stages=[1]))
+                late = procs.enter_context(peers(first, tmp_path / "late", 1, stages=[1]))
                 await wait_for(lambda: first.schedule.epoch > epoch and len(first.schedule.stage_of()) == 4,
                                60, "a re-plan that includes the joiner")
                 start = first.schedule.start_iteration
@@ -112,7 +121,16 @@ def test_a_late_joiner_gets_the_stage_state_then_a_restarted_coordinator_continu
                 adverts = await first.records.get_adverts()
                 maddrs = [a for adv in adverts.values() for a in adv.maddrs if "127.0.0.1" in a]
                 old_epoch, last_seen = first.schedule.epoch, first.summaries[-1].iteration
-            # the coordinator is gone; the peers go on with the schedule they have
+                coordinator_maddrs, run_address = first.maddrs, first.run_address
+            # the coordinator is gone; the peers go on with the schedule they have. The joiner
+            # restarts meanwhile: its --initial-peers (the coordinator) are dead, so it joins
+            # through the peers it remembered in its cache folder
+            os.killpg(late[0].pid, signal.SIGKILL)     # its own session: its p2pd goes too
+            late[0].wait(10)
+            restarted = start_peer(["--initial-peers", *coordinator_maddrs, "--run", run_address, "--device", "cpu",
+                                    "--host-maddrs", *LOOPBACK, "--cache-dir", str(tmp_path / "late" / "cache"),
+                                    "--stage", "1"], tmp_path / "late" / "restarted.log")
+            procs.callback(stop_processes, [restarted])
             async with coordinator(num_stages=2, skip_ratio=0.0, min_peers=3, max_steps=100000,
                                    initial_peers=tuple(maddrs[:1]), organiser_key_path=key) as second:
                 await wait_for(lambda: second.schedule is not None, 30, "the stored schedule")
@@ -120,6 +138,9 @@ def test_a_late_joiner_gets_the_stage_state_then_a_restarted_coordinator_continu
                 await wait_for(lambda: second.summaries and second.summaries[-1].iteration > last_seen + 2,
                                180, "iterations after the restart")
                 assert second.schedule.epoch >= old_epoch
+                log = tmp_path / "late" / "restarted.log"
+                await wait_for(lambda: "joined run" in log.read_text(), 90, "the restarted joiner in the swarm")
+                assert "peer(s) this peer trained with before" in log.read_text()
                 return joined, last_seen, list(second.summaries)
     (tmp_path / "late").mkdir()
     joined, last_seen, after = asyncio.run(scenario())

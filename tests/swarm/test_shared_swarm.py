@@ -58,12 +58,20 @@ def test_auto_peers_get_every_stage_and_train(swarm):
         adverts = await wait_for(lambda: _adverts_with_stages(app, stages), 30, "adverts with the given stages")
         assert all(adverts[p].stage == s for p, s in stages.items())
         assert all(s.lost == 0 for s in app.summaries)
+        # they advertise the speed they measure while training; on equal peers nobody is demoted
+        await wait_for(lambda: _adverts_with_speeds(app, stages), 60, "adverts with measured speeds")
+        assert app.slow_peers.factors == {}
     swarm.run(check(), 200)
 
 
 async def _adverts_with_stages(app, stages):
     adverts = await app.records.get_adverts()
     return adverts if all(p in adverts and adverts[p].stage == s for p, s in stages.items()) else None
+
+
+async def _adverts_with_speeds(app, stages):
+    adverts = await app.records.get_adverts()
+    return adverts if all(p in adverts and adverts[p].measured_fwd_s_per_layer_sample > 0 for p in stages) else None
 
 
 def test_an_honest_swarm_with_checks_on_reports_only_passes(swarm):

@@ -47,3 +47,16 @@ def test_a_restarted_coordinator_starts_at_the_first_iteration_its_schedule_cove
     stuck = ProgressTracker()
     stuck.add(records(range(178, 210)))
     assert stuck.complete(origins) == [] and stuck.next_iteration == 178     # without it (the bug)
+
+
+def test_the_freshest_dated_record_says_where_the_swarm_stood_and_when():
+    t = ProgressTracker()
+    assert t.freshest() is None
+    recs = records(range(3, 6))
+    t.add(recs)                                                  # undated (older peers): nothing
+    assert t.freshest() is None
+    t.add({"a": ProgressRecord("a", recs["a"].reports, written_at=50.0),
+           "b": ProgressRecord("b", recs["b"].reports[:-1], written_at=40.0)})
+    assert t.freshest() == (5, 50.0)
+    t.add({"b": ProgressRecord("b", recs["b"].reports[:-1], written_at=60.0)})  # b re-stored, still at 4
+    assert t.freshest() == (4, 60.0)

@@ -156,3 +156,17 @@ def test_a_new_epoch_starts_after_the_swarm_even_after_a_slow_warm_up_iteration(
     assert switch_iteration(9, [2.0, 2.0, 2.0], 0.0, 4.0) == 9 + 2 + 2    # a slow swarm, measured
     assert switch_iteration(5, [0.001] * 3, 0.0, 1.0) == 5 + 2 + 20       # floor of 50 ms per iteration
 
+
+
+def test_a_stalled_swarm_with_fresh_progress_records_gets_an_epoch_near_where_it_stands():
+    from coordinator.replanner import switch_from_progress
+    fast = [0.3, 0.3, 0.3]
+    # the newest report is 30 s old (a peer stopped) but an origin re-stored its record 1 s ago:
+    # before, the swarm was assumed to have gone on at 0.3 s an iteration (110 iterations on)
+    assert switch_from_progress(66, fast, 30.0, 4.0, None, now=1000.0) == 66 + 2 + 114
+    assert switch_from_progress(66, fast, 30.0, 4.0, (66, 999.0), now=1000.0) == 67 + 2 + 17
+    # a stale record bounds nothing the old estimate does not; never before the next iteration but one
+    assert switch_from_progress(66, fast, 30.0, 4.0, (66, 900.0), now=1000.0) == 66 + 2 + 114
+    assert switch_from_progress(66, [], 0.0, 0.0, (10, 1000.0), now=1000.0) == 66 + 2
+    # a peer's clock ahead of ours counts as a record written now, not in the future
+    assert switch_from_progress(66, fast, 30.0, 4.0, (66, 1005.0), now=1000.0) == 67 + 2 + 14
