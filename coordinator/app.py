@@ -22,6 +22,7 @@ from protocol.schedule import Route, Schedule
 from protocol.signing import public_key_text
 from swarmcore.dht.validators import record_validators
 from swarmcore.schedule_history import schedule_for_iteration
+from swarmcore.relay import relay_kwargs
 
 from tokendata.transfer import DataServer
 
@@ -139,7 +140,7 @@ class CoordinatorApp:
         self.dht = await asyncio.to_thread(lambda: safe_for_large_calls(DHT(
             start=True, initial_peers=list(cfg.initial_peers) or None, host_maddrs=list(cfg.host_maddrs),
             announce_maddrs=list(cfg.announce_maddrs) or None, record_validators=validators,
-            shutdown_timeout=DHT_SHUTDOWN_S)))
+            shutdown_timeout=DHT_SHUTDOWN_S, **relay_kwargs(serve_relay=cfg.serve_relay))))
         self.records = CoordinatorRecords(self.dht, cfg.run, join_key, organiser, signer.local_public_key, admission)
         try:
             # a stop cancels the round in hand: one waiting on a DHT whose p2pd a Ctrl-C

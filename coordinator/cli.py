@@ -43,6 +43,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=non_negative_int, default=5, help="warm-up iterations")
     p.add_argument("--host-maddrs", type=multiaddr, nargs="+", default=["/ip4/0.0.0.0/tcp/0"], metavar="MADDR")
     p.add_argument("--announce-maddrs", type=multiaddr, nargs="+", default=[], metavar="MADDR")
+    p.add_argument("--serve-relay", action="store_true",
+                   help="relay connections for peers behind NAT (their --relay-via); only on a public address "
+                        "(docs/nat.md)")
     p.add_argument("--initial-peers", type=multiaddr, nargs="+", default=[], metavar="MADDR",
                    help="join an existing DHT")
     p.add_argument("--min-peers", type=int, default=0, help="wait for this many peers before planning")
@@ -69,7 +72,7 @@ def config_from_args(args: argparse.Namespace) -> CoordinatorConfig:
         host_maddrs=tuple(args.host_maddrs), announce_maddrs=tuple(args.announce_maddrs),
         initial_peers=tuple(args.initial_peers), min_peers=args.min_peers,
         status_host=args.status_host, maddrs_file=args.maddrs_file, organiser_key_path=args.organiser_key,
-        members_path=args.members)
+        members_path=args.members, serve_relay=args.serve_relay)
 
 
 def run_command(args: argparse.Namespace) -> int:

@@ -23,6 +23,7 @@ class CoordinatorConfig:
     warmup_steps: int = 5
     host_maddrs: tuple[str, ...] = ("/ip4/0.0.0.0/tcp/0",)
     announce_maddrs: tuple[str, ...] = ()
+    serve_relay: bool = False               # relay for peers behind NAT (swarmcore/relay.py)
     initial_peers: tuple[str, ...] = ()
     min_peers: int = 0                      # wait for this many peers before the first plan
     poll_interval_s: float = 1.0

@@ -36,6 +36,7 @@ from peer.routing.health import Health
 from peer.metrics import MeteredTransport, PeerMetrics, metrics_routes
 from peer.isolation import IsolationMonitor
 from peer.reachability import run_self_test
+from swarmcore.relay import relay_count_advice, relay_kwargs, visible_maddrs, wait_for_circuit
 from peer.status import status_line
 from peer.transport.hivemind_p2p import HivemindTransport
 from peer.transport.rpc import RpcClient, RpcServer
@@ -53,6 +54,7 @@ SPEED_ADVERT_PERIOD_S = 5.0  # measured speed into the advert (and an idle peer'
 JOIN_ATTEMPTS = 3            # joining through --initial-peers, with JOIN_RETRY_S x attempt between
 JOIN_RETRY_S = 3.0
 DHT_SHUTDOWN_S = 1.5         # then hivemind terminates its DHT child: inside the 5 s a stop may take
+RELAY_WAIT_S = 20.0          # with --relay-via: how long we wait for a relay slot before announcing
 
 
 class Stopped(Exception):
@@ -68,7 +70,7 @@ def start_dht(config: PeerConfig, guard: PeerGuard, attempts: int = JOIN_ATTEMPT
             return safe_for_large_calls(DHT(
                 start=True, initial_peers=initial, host_maddrs=list(config.host_maddrs),
                 announce_maddrs=list(config.announce_maddrs) or None, shutdown_timeout=DHT_SHUTDOWN_S,
-                **guard.dht_kwargs()))
+                **relay_kwargs(config.relay_via, config.serve_relay), **guard.dht_kwargs()))
         except Exception as exc:
             if guard.is_duplicate(exc):
                 raise StartupError(guard.duplicate_message()) from None
@@ -161,7 +163,11 @@ class PeerApp:
                 runtime.samples = await self._unless_stopped(prepare_samples(spec, cfg, p2p, self._data_holders()))
             except DataMismatch as exc:
                 raise StartupError(str(exc)) from None
-        maddrs = tuple(str(a) for a in dht.get_visible_maddrs())
+        if cfg.relay_via:    # our advert should carry the circuit addresses others dial us by
+            await self._unless_stopped(self._wait_for_relay(p2p))
+            maddrs = tuple(await visible_maddrs(p2p))
+        else:
+            maddrs = tuple(str(a) for a in dht.get_visible_maddrs())
         self.announcer = Announcer(self.records, self.guard.sign_advert(runtime.advert(me, maddrs)),
                                    cfg.announce_period_s)
         self.book = ScheduleBook()
@@ -185,6 +191,17 @@ class PeerApp:
             if http is not None:
                 await http.close()
         return 0
+
+    async def _wait_for_relay(self, p2p) -> None:
+        if (advice := relay_count_advice(self.config.relay_via)):
+            logger.warning(advice)
+        t0 = time.monotonic()
+        circuits = await wait_for_circuit(p2p, RELAY_WAIT_S)
+        if circuits:
+            logger.info("relay slot reserved after %.1f s: reachable at %s", time.monotonic() - t0, ", ".join(circuits))
+        else:
+            logger.warning("no relay slot after %.0f s (are the --relay-via peers up, public and started with "
+                           "--serve-relay?): only peers we dial ourselves can reach us", RELAY_WAIT_S)
 
     def _worker(self, me: str, spec: RunSpec, runtime, slowdown: float) -> PipelineWorker:
         """The pipeline worker and its seat, every hook passed in at construction."""

@@ -10,6 +10,7 @@ from protocol.messages import SHARE_BLOCK, SHARE_DTYPES
 from swarmcore.cli.logsetup import add_logging_flags, setup_logging
 from swarmcore.cli.run_flags import add_wire_compression
 from swarmcore.cli.settings import add_config_flag, apply_settings, port_or_off
+from swarmcore.relay import RelayConfigError, relay_kwargs
 
 from peer.chaos import FaultSpecError, parse_faults
 from peer.config import DEFAULT_CACHE_DIR, STAGE_AUTO, PeerConfig
@@ -105,6 +106,13 @@ def _swarm_flags(p: argparse.ArgumentParser) -> None:
                    help="where to listen (default: all IPv4 interfaces, random TCP port)")
     g.add_argument("--announce-maddrs", type=multiaddr, nargs="+", default=[], metavar="MADDR",
                    help="public addresses to advertise, if behind NAT with a forwarded port")
+    relay = g.add_mutually_exclusive_group()
+    relay.add_argument("--relay-via", type=multiaddr, nargs="+", default=[], metavar="MADDR",
+                       help="behind NAT without a forwarded port: reserve a slot on these relays (public peers or a "
+                            "coordinator started with --serve-relay; full addresses with /p2p/<id>) and advertise "
+                            "/p2p-circuit addresses through them; give 4 or more, libp2p waits ~3 minutes with fewer")
+    relay.add_argument("--serve-relay", action="store_true",
+                       help="this peer has a public address: relay connections for peers behind NAT (docs/nat.md)")
 
 
 def _data_flags(p: argparse.ArgumentParser) -> None:
@@ -244,10 +252,15 @@ def config_from_args(args: argparse.Namespace) -> PeerConfig:
     from peer.compute.device import parse_device  # torch: only once the flags parsed
     device = str(parse_device(args.gpu, args.device))
     organiser_key = invited_key(args.invite, args.run[1])
+    try:
+        relay_kwargs(tuple(args.relay_via), args.serve_relay)
+    except RelayConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     return PeerConfig(
         initial_peers=tuple(args.initial_peers), run=args.run[0], organiser_key=organiser_key, invite=args.invite,
         device=device, stage=args.stage,
         host_maddrs=tuple(args.host_maddrs), announce_maddrs=tuple(args.announce_maddrs),
+        relay_via=tuple(args.relay_via), serve_relay=args.serve_relay,
         data=args.data, cache_dir=args.cache_dir, checkpoint_dir=args.checkpoint_dir,
         save_every=args.save_every, keep_last=args.keep_last,
         announce_period_s=args.announce_period, max_activations=args.max_activations,

@@ -19,6 +19,8 @@ class PeerConfig:
     stage: int = STAGE_AUTO                   # STAGE_AUTO: the coordinator assigns one
     host_maddrs: tuple[str, ...] = ("/ip4/0.0.0.0/tcp/0",)
     announce_maddrs: tuple[str, ...] = ()
+    relay_via: tuple[str, ...] = ()           # behind NAT: reserve a slot on these relays (swarmcore/relay.py)
+    serve_relay: bool = False                 # public: relay for peers behind NAT
     data: Path | None = None                  # None: the embedded corpus
     cache_dir: Path = DEFAULT_CACHE_DIR
     checkpoint_dir: Path | None = None

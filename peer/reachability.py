@@ -10,6 +10,8 @@ import ipaddress
 import logging
 from dataclasses import asdict, dataclass, field
 
+from swarmcore.relay import visible_maddrs
+
 logger = logging.getLogger("skippipe.peer.reachability")
 DIAL_TIMEOUT_S = 2.0
 
@@ -84,7 +86,8 @@ async def self_test(maddrs: list[str], announced: bool = False, timeout_s: float
         verdict = "local-only"
         advice = (f"only private or loopback addresses: peers outside this network cannot dial us. Forward "
                   f"TCP port {port_text} on your router and pass --announce-maddrs /ip4/<public-ip>/tcp/{port_text} "
-                  f"(with a fixed port in --host-maddrs), or ignore this for a local swarm")
+                  f"(with a fixed port in --host-maddrs); without a forward, --relay-via <4 relays' addresses> "
+                  f"lets peers that we never dialled reach us (docs/nat.md); or ignore this for a local swarm")
     else:
         verdict, advice = "unknown", "no TCP address to test (only non-IP transports are advertised)"
     return Reachability(verdict, tuple(maddrs), dialable, relayed, public, advice)
@@ -93,7 +96,7 @@ async def self_test(maddrs: list[str], announced: bool = False, timeout_s: float
 async def run_self_test(p2p, announced: bool) -> Reachability:
     """The test on a hivemind P2P instance; never raises (a failed test is a verdict)."""
     try:
-        maddrs = [str(a) for a in await p2p.get_visible_maddrs(latest=True)]
+        maddrs = await visible_maddrs(p2p)    # retried: empty for a moment while a relay slot comes in
         result = await self_test(maddrs, announced)
     except Exception as exc:  # the daemon could not tell us its addresses
         result = Reachability("unknown", advice=f"self-test failed: {exc}")

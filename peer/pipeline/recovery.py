@@ -126,7 +126,8 @@ class Recovery:
         if hop >= len(flight.route.hops):
             self._note(f"iteration {i} microbatch {mb}: its origin {dead[:12]} is unreachable")
             return
-        flight.refused.add(dead)
+        if not health.suspect(dead):   # it answered and would not take it; a dropped connection
+            flight.refused.add(dead)   # (a relay that died mid-stream) may well take it on a new one
         decision = fallback.recover_hop(flight.route, hop, lambda s: pv.replicas(schedule, s),
                                         self._untried(flight, health.usable), self._budget(schedule, mb))
         if decision.action == fallback.Action.REISSUE:  # rather a slow-looking replica than none

@@ -8,6 +8,7 @@ import pytest
 
 from bench.nat_netns import NatHosts, unavailable_reason
 from bench.support.netns_swarm import start_coordinator, start_peer, wait_iterations, wait_maddrs
+from bench.support.relay_nodes import start_relays
 from tests.swarm.netns import wait_log
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
@@ -60,6 +61,51 @@ def test_a_home_peer_without_a_forward_is_local_only_yet_trains_over_connections
     rows = wait_iterations(tmp_path / "coordinator.log", 2, 60)
     assert all(r["completed"] == 2 and r["lost"] == 0 for r in rows[:2]), rows
     assert hosts.dnat_packets() == 0
+
+
+def _port(maddr: str) -> int:
+    return int(maddr.split("/tcp/")[1].split("/")[0])
+
+
+@pytest.mark.timeout(180)     # ~25-45 s; five processes start on a box that may be busy
+def test_a_home_peer_behind_nat_trains_through_relays_and_outlives_the_busiest_relay(nat_hosts, tmp_path):
+    """--relay-via: the home peer reserves slots on four relay-only nodes (two processes of two,
+    as a --serve-relay peer's p2pd; libp2p reserves at once only with four candidates, docs/nat.md),
+    advertises circuit addresses and reports `relayed`. The stage-0 peer drops all TCP to and
+    from home's address (as if behind a strict NAT too: no hole punching either), and holds relay
+    slots as well (else home could only answer over connections the stage-0 peer opened), so
+    every activation and gradient between them crosses a relay: training completes only if the
+    relay carries it. Then the relay process
+    that carried them dies mid-run: the next iterations go through the other one, nothing lost."""
+    hosts = nat_hosts
+    maddrs = wait_maddrs(start_coordinator(hosts, 0, tmp_path, "--stages", "2", "--min-peers", "2",
+                                           "--steps", "1000"))    # still running when the relay dies
+    groups = []
+    for name in "ab":
+        groups.append((start_relays(hosts, 0, 2, tmp_path, name=name), hosts.processes[-1]))
+    relays = [m for group, _ in groups for m in group]
+    hosts.refuse_home(1)
+    hosts.count_traffic(hosts.addrs[:2])
+    hosts.count_ports(0, [_port(m) for m in relays])
+    start_peer(hosts, 1, tmp_path, maddrs, 0, "--relay-via", *relays)
+    start_peer(hosts, hosts.home, tmp_path, maddrs, 1, "--relay-via", *relays)
+    home_log = tmp_path / f"peer{hosts.home}.log"
+    log = wait_log(home_log, "reachability: relayed", 90, poll_s=0.25)
+    assert "relay slot reserved" in log and "/p2p-circuit" in log
+    rows = wait_iterations(tmp_path / "coordinator.log", 3, 60)
+    assert all(r["completed"] == 2 and r["lost"] == 0 for r in rows[:3]), rows
+    router = hosts.traffic_bytes()
+    assert router.get(hosts.addrs[1], 0) < 10_000, router         # home <-> stage 0: dropped SYNs only
+    ports = hosts.port_bytes(0)
+    carried = [sum(ports.get(_port(m), 0) for m in group) for group, _ in groups]
+    assert max(carried) > 100_000, ports                           # activations and gradients
+    busiest = carried.index(max(carried))
+    hosts.stop(groups[busiest][1], grace_s=0)                     # that relay process is gone
+    done = len(wait_iterations(tmp_path / "coordinator.log", 3, 5))
+    rows = wait_iterations(tmp_path / "coordinator.log", done + 5, 60)
+    assert all(r["completed"] == 2 and r["lost"] == 0 for r in rows), rows
+    other = sum(hosts.port_bytes(0).get(_port(m), 0) for m in groups[1 - busiest][0])
+    assert other - carried[1 - busiest] > 100_000, (carried, other)   # the other relay took over
 
 
 def test_without_a_forward_nothing_outside_can_dial_home(nat_hosts, tmp_path):

@@ -25,7 +25,7 @@ class Runner:
         return True
 
 
-def recovery():
+def recovery(suspect=frozenset()):
     st = IterationState(5)
     st.flights[0] = Flight(ROUTE, 0, 0, "a")
     st.own[0] = OriginEntry(ROUTE)
@@ -34,7 +34,8 @@ def recovery():
     async def compute(fn, *args):
         return fn(*args)
     seat = SimpleNamespace(runner=Runner(), compute=compute)
-    health = SimpleNamespace(usable=lambda peer: True, departed=set(), failures=lambda peer: 0, suspect_after=3)
+    health = SimpleNamespace(usable=lambda peer: peer not in suspect, departed=set(), failures=lambda peer: 0,
+                             suspect_after=3, suspect=lambda peer: peer in suspect)
     sent = []
 
     def spawn(coro, what=""):
@@ -52,3 +53,14 @@ def test_a_microbatch_refused_by_both_replicas_is_not_bounced_between_them():
     asyncio.run(rec.next_hop_failed(5, 0, "b"))
     assert len(sent) == 1                                               # not back to "a"
     assert st.own[0].outcome == Outcome.LOST and 0 not in st.flights    # k = 0: nothing to skip to
+
+
+def test_a_peer_whose_connection_dropped_is_tried_again_when_no_other_replica_is_left():
+    """A relay that died mid-stream (issue 28) closes the connection: the peer did not refuse,
+    it is suspect; with its stage's other replica refusing, it gets the microbatch again."""
+    rec, st, sent = recovery(suspect={"a"})
+    asyncio.run(rec.next_hop_failed(5, 0, "a"))                         # dropped: "b" is healthy
+    assert [h.peer for h in sent[-1].hops] == ["o", "b", "c"]
+    asyncio.run(rec.next_hop_failed(5, 0, "b"))                         # "b" refused
+    assert [h.peer for h in sent[-1].hops] == ["o", "a", "c"]          # back to "a", not lost
+    assert st.own[0].outcome is None
