@@ -271,10 +271,11 @@ class SpotChecks:
         try:
             codec = output.dtype if output.dtype in CODECS else None
             rtol = tolerance(*(d for d in (output.dtype, reference.dtype) if d not in CODECS))
-            # a quantised output may differ from the reference by half a step of its block
-            # before it counts (spot_check_rules.compare_outputs); beyond that, the float tolerance
+            # a quantised output may differ from the reference by half a step of its block (a
+            # whole one for backward gradients: rounded stochastically) before it counts
+            # (spot_check_rules.compare_outputs); beyond that, the float tolerance
             comparison = await asyncio.to_thread(compare_outputs, output.tensor, reference.tensor, rtol,
-                                                 codec, output.block)
+                                                 codec, output.block, 1.0 if kind == "backward" else 0.5)
             r = report(comparison, output.peer, self.me, header.epoch, header.iteration,
                        header.microbatch_id, output.stage, kind)
         except Exception as exc:
@@ -300,8 +301,13 @@ class SpotChecks:
 
     def taken_backward(self, sender: str, grad: torch.Tensor) -> torch.Tensor:
         """The backward gradient `sender` returned, as we use it: zero when its backwards failed
-        our check or it is of outlying size (so a poisoner harms only until it is caught)."""
-        if sender in self.distrusted or not self.bound.admit(sender, grad):
+        our check or, with checks on, it is of outlying size (so a poisoner harms only until it is
+        caught). Only with checks on: the bound's window mixes the gradients we send with those
+        we receive, whose scales differ by stage, and it once left out an honest stage's
+        gradients (norm 1.02 against a typical 0.0135) in a run without checks, which split
+        that stage's replicas apart (tests/swarm/test_churn.py)."""
+        checking = self.sampler.rate > 0
+        if sender in self.distrusted or (checking and not self.bound.admit(sender, grad)):
             self.stats["backward_left_out"] += 1
             return torch.zeros_like(grad)
         return grad

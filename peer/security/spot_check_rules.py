@@ -40,13 +40,14 @@ class Comparison:
 
 
 def compare_outputs(suspect: torch.Tensor, reference: torch.Tensor, rtol: float = DEFAULT_RTOL,
-                    codec: str | None = None, block: int = 0) -> Comparison:
+                    codec: str | None = None, block: int = 0, steps: float = 0.5) -> Comparison:
     """Relative L2 error of `suspect` against `reference` (the checker's recomputation).
 
     `codec` (int8/int4): `suspect` arrived quantised in blocks of `block` values, so each value
     may honestly sit up to half a quantisation step from the true output; only the part of the
     difference beyond that half step counts (an honest peer's excess is the float noise
-    between replicas, as without compression)."""
+    between replicas, as without compression). `steps`: 1.0 for tensors rounded
+    stochastically (backward gradients, peer/pipeline/wire.py), which may sit a whole step off."""
     if suspect.shape != reference.shape:
         return Comparison(False, math.inf)
     a, b = suspect.detach().double(), reference.detach().double()
@@ -54,13 +55,14 @@ def compare_outputs(suspect: torch.Tensor, reference: torch.Tensor, rtol: float 
         return Comparison(False, math.inf)
     diff = a - b
     if codec is not None and block > 0:
-        diff = _beyond_half_step(diff.reshape(-1), a.reshape(-1), b.reshape(-1), QMAX[codec], block)
+        diff = _beyond_steps(diff.reshape(-1), a.reshape(-1), b.reshape(-1), QMAX[codec], block, steps)
     error = float(torch.linalg.vector_norm(diff) / max(float(torch.linalg.vector_norm(b)), 1e-12))
     return Comparison(error <= rtol, error)
 
 
-def _beyond_half_step(diff: torch.Tensor, a: torch.Tensor, b: torch.Tensor, qmax: int, block: int) -> torch.Tensor:
-    """|diff| less half a quantisation step of its block (the larger of the two tensors' block
+def _beyond_steps(diff: torch.Tensor, a: torch.Tensor, b: torch.Tensor, qmax: int, block: int,
+                  steps: float) -> torch.Tensor:
+    """|diff| less `steps` quantisation steps of its block (the larger of the two tensors' block
     range / qmax), at least 0."""
     pad = -diff.numel() % block
 
@@ -68,7 +70,7 @@ def _beyond_half_step(diff: torch.Tensor, a: torch.Tensor, b: torch.Tensor, qmax
         return torch.nn.functional.pad(x, (0, pad)).view(-1, block)
 
     step = torch.maximum(blocks(a).abs().amax(dim=1), blocks(b).abs().amax(dim=1)) / qmax
-    excess = (blocks(diff).abs() - step[:, None] / 2).clamp_(min=0)
+    excess = (blocks(diff).abs() - steps * step[:, None]).clamp_(min=0)
     return excess.reshape(-1)[:diff.numel()]
 
 

@@ -164,3 +164,14 @@ def test_backward_reports_count_only_from_the_receiver_of_the_backward():
     assert bans.observe("q", [backward("z", "q", 0, 1, stage=2)]) == []
     assert bans.observe("o", [backward("p", "o", 1, 2)]) == []                      # one reporter, twice
     assert not bans.banned and bans.counts["failed"] == 3
+
+
+def test_a_stochastically_rounded_gradient_may_sit_a_whole_step_off_but_a_sign_flip_still_fails():
+    from peer.compute.quantise import quantise
+    ref = torch.randn(4096)
+    _, _, rounded = quantise(ref, "int8", 64, torch.Generator().manual_seed(0))   # up to one step off
+    _, _, nearest = quantise(ref, "int8", 64)                                     # up to half a step
+    assert compare_outputs(nearest, ref, 1e-4, "int8", 64).passed
+    assert compare_outputs(rounded, ref, 1e-4, "int8", 64, steps=1.0).passed
+    assert not compare_outputs(rounded, ref, 1e-4, "int8", 64).passed   # half a step does not cover it
+    assert not compare_outputs(-rounded, ref, 1e-4, "int8", 64, steps=1.0).passed
