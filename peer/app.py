@@ -65,12 +65,13 @@ def start_dht(config: PeerConfig, guard: PeerGuard, attempts: int = JOIN_ATTEMPT
     """Join through --initial-peers, a few times: a peer restarted right after it died (same
     identity) was once refused by a bootstrap peer still holding the dead one's connection."""
     initial = list(config.initial_peers)
+    settings = {**relay_kwargs(config.relay_via, config.serve_relay), **guard.dht_kwargs()}  # not a join failure
     for attempt in range(1, attempts + 1):
         try:
             return safe_for_large_calls(DHT(
                 start=True, initial_peers=initial, host_maddrs=list(config.host_maddrs),
                 announce_maddrs=list(config.announce_maddrs) or None, shutdown_timeout=DHT_SHUTDOWN_S,
-                **relay_kwargs(config.relay_via, config.serve_relay), **guard.dht_kwargs()))
+                **settings))
         except Exception as exc:
             if guard.is_duplicate(exc):
                 raise StartupError(guard.duplicate_message()) from None

@@ -25,6 +25,8 @@ class Config:
     host_maddrs = ("/ip4/127.0.0.1/tcp/0",)
     announce_maddrs = ()
     run = "r"
+    relay_via = ()
+    serve_relay = False
 
     def __init__(self, cache_dir="/nonexistent"):
         self.cache_dir = cache_dir
