@@ -5,17 +5,14 @@ the loss goes down."""
 import asyncio
 import contextlib
 import json
-import os
 import re
-import signal
 import subprocess
 import sys
 
 import pytest
 
 from protocol.topology import TOPOLOGY_FORMAT, Links, Node, Topology, Workload, topology_to_json
-from bench.support.harness import LOOPBACK, coordinator, peers, stop_processes, wait_for
-from launcher.processes import start_peer
+from bench.support.harness import coordinator, peers, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 PER_ITERATION = 2 * 2          # 2 stage-0 peers x --microbatches 2
@@ -109,7 +106,7 @@ def test_a_late_joiner_gets_the_stage_state_then_a_restarted_coordinator_continu
                 procs.enter_context(peers(first, tmp_path, 3, stages=[0, 1, 1]))
                 await wait_for(lambda: len(first.summaries) >= 3, 180, "3 iterations")
                 epoch = first.schedule.epoch
-                late = procs.enter_context(peers(first, tmp_path / "late", 1, stages=[1]))
+                procs.enter_context(peers(first, tmp_path / "late", 1, stages=[1]))
                 await wait_for(lambda: first.schedule.epoch > epoch and len(first.schedule.stage_of()) == 4,
                                60, "a re-plan that includes the joiner")
                 start = first.schedule.start_iteration
@@ -121,16 +118,7 @@ def test_a_late_joiner_gets_the_stage_state_then_a_restarted_coordinator_continu
                 adverts = await first.records.get_adverts()
                 maddrs = [a for adv in adverts.values() for a in adv.maddrs if "127.0.0.1" in a]
                 old_epoch, last_seen = first.schedule.epoch, first.summaries[-1].iteration
-                coordinator_maddrs, run_address = first.maddrs, first.run_address
-            # the coordinator is gone; the peers go on with the schedule they have. The joiner
-            # restarts meanwhile: its --initial-peers (the coordinator) are dead, so it joins
-            # through the peers it remembered in its cache folder
-            os.killpg(late[0].pid, signal.SIGKILL)     # its own session: its p2pd goes too
-            late[0].wait(10)
-            restarted = start_peer(["--initial-peers", *coordinator_maddrs, "--run", run_address, "--device", "cpu",
-                                    "--host-maddrs", *LOOPBACK, "--cache-dir", str(tmp_path / "late" / "cache"),
-                                    "--stage", "1"], tmp_path / "late" / "restarted.log")
-            procs.callback(stop_processes, [restarted])
+            # the coordinator is gone; the peers go on with the schedule they have
             async with coordinator(num_stages=2, skip_ratio=0.0, min_peers=3, max_steps=100000,
                                    initial_peers=tuple(maddrs[:1]), organiser_key_path=key) as second:
                 await wait_for(lambda: second.schedule is not None, 30, "the stored schedule")
@@ -138,9 +126,6 @@ def test_a_late_joiner_gets_the_stage_state_then_a_restarted_coordinator_continu
                 await wait_for(lambda: second.summaries and second.summaries[-1].iteration > last_seen + 2,
                                180, "iterations after the restart")
                 assert second.schedule.epoch >= old_epoch
-                log = tmp_path / "late" / "restarted.log"
-                await wait_for(lambda: "joined run" in log.read_text(), 90, "the restarted joiner in the swarm")
-                assert "peer(s) this peer trained with before" in log.read_text()
                 return joined, last_seen, list(second.summaries)
     (tmp_path / "late").mkdir()
     joined, last_seen, after = asyncio.run(scenario())
