@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 from typing import Awaitable, Callable
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hivemind import DHT
 from opsweb.dht_process import safe_for_large_calls
 from opsweb.lifecycle import Lifecycle
@@ -16,10 +15,9 @@ from opsweb.server import StatusServer
 from opsweb.stopping import run_until_stopped, shutdown_dht
 
 from protocol.errors import FieldError
-from protocol.membership import JoinKeyError, create_join_key, load_join_key
+from protocol.membership import JoinKeyError
 from protocol.messages import RunSpec
 from protocol.schedule import Route, Schedule
-from protocol.signing import public_key_text
 from swarmcore.dht.validators import record_validators
 from swarmcore.schedule_history import schedule_for_iteration
 from swarmcore.relay import relay_kwargs
@@ -32,9 +30,11 @@ from coordinator.data_resume import saved_cursor
 from coordinator.data_setup import RunData, resolve_run_data, servable_files
 from coordinator.dht_io import CoordinatorRecords
 from coordinator.members import admission_for
-from coordinator.organiser_key import OrganiserKeyError, load_or_create_organiser_key, run_address
+from coordinator.organiser_key import OrganiserKeyError, run_address
 from coordinator.planner import PlanConfig, PlanningError, plan
 from coordinator.iteration_summaries import IterationSummary, ProgressTracker
+from coordinator.run_files import (load_or_create_join_key, load_organiser, remove_stale_maddrs_file,
+                                   write_maddrs_file)
 from coordinator.replanner import CollapseGuard, PresenceTracker, ReplanPolicy, switch_from_progress
 from coordinator.slow_peers import SlowPeers
 from coordinator.status_page import StatusView
@@ -56,35 +56,6 @@ def spec_from_config(config: CoordinatorConfig, data: RunData | None = None) -> 
                    gradient_exchange=config.gradient_exchange,
                    learning_rate=config.learning_rate, warmup_steps=config.warmup_steps,
                    max_steps=config.max_steps)
-
-
-def load_or_create_join_key(path: str) -> bytes:
-    try:
-        create_join_key(path)
-        logger.info("created join key %s: give it (securely) to the peers you admit (--join-key)", path)
-    except FileExistsError:
-        pass
-    except OSError as exc:
-        raise JoinKeyError(f"cannot create join key file {path}: {exc.strerror}") from None
-    return load_join_key(path)
-
-
-def write_maddrs_file(path: str, maddrs: list[str]) -> None:
-    tmp = Path(path).with_suffix(".tmp")
-    try:
-        tmp.write_text(" ".join(maddrs) + "\n")
-        tmp.replace(path)  # atomic: a reader never sees half a line
-    except OSError as exc:
-        logger.error("cannot write --maddrs-file %s: %s; peers must be given the addresses above by hand",
-                     path, exc.strerror)
-
-
-def remove_stale_maddrs_file(path: str) -> None:
-    try:
-        Path(path).unlink(missing_ok=True)
-    except OSError as exc:
-        logger.warning("cannot remove the old --maddrs-file %s (%s): peers may read a dead address until "
-                       "it is rewritten", path, exc.strerror)
 
 
 class CoordinatorApp:
@@ -361,17 +332,6 @@ class CoordinatorApp:
     def _planned_microbatches(self, iteration: int, origin: str) -> int:
         schedule = self._schedule_for(iteration)
         return 0 if schedule is None else sum(r.origin == origin for r in schedule.routes)
-
-
-def load_organiser(path: str) -> Ed25519PrivateKey:
-    """The organiser key from `path` (created there if missing), or a new one for this start."""
-    if not path:
-        logger.warning("the organiser key is new for this start: peers that pinned the previous one will not "
-                       "follow a restarted coordinator (keep one with --organiser-key FILE)")
-        return Ed25519PrivateKey.generate()
-    key, created = load_or_create_organiser_key(path)
-    logger.info("%s organiser key %s (%s)", "created" if created else "loaded", path, public_key_text(key))
-    return key
 
 
 def run_coordinator(config: CoordinatorConfig, run_data: RunData | None = None) -> int:

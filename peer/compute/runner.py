@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
+from peer.compute.flat import flatten, split_like
 from peer.compute.errors import BadTensor, OutOfOrder, StashFull, UnknownMicrobatch, WrongStage
 from peer.compute.host_buffers import DeviceIO
 from peer.compute.model import spec_config
@@ -354,8 +355,7 @@ class StageRunner:
         set_grad_vector(sum, total_samples) on each before step().
         """
         with self._lock:
-            return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p))
-                              .detach().reshape(-1).float() for p in self._params])
+            return flatten(p.grad if p.grad is not None else torch.zeros_like(p) for p in self._params)
 
     def set_grad_vector(self, vector: torch.Tensor, samples: int) -> None:
         with self._lock:
@@ -366,16 +366,13 @@ class StageRunner:
                 raise BadTensor("gradient vector", "not finite floating point", non_finite=True)
             if not isinstance(samples, int) or samples < 0:
                 raise ValueError(f"samples must be a non-negative int: {samples!r}")
-            offset = 0
-            for p in self._params:
-                chunk = vector[offset:offset + p.numel()].view(p.shape)
+            for p, chunk in zip(self._params, split_like(vector, self._params)):
                 p.grad = chunk.to(device=p.device, dtype=p.dtype).clone()
-                offset += p.numel()
             self.samples_this_step = samples
 
     def parameter_vector(self) -> torch.Tensor:
         with self._lock:
-            return torch.cat([p.detach().reshape(-1).float() for p in self._params])
+            return flatten(self._params)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self._params)

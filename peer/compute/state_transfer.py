@@ -6,6 +6,7 @@ A flat vector travels in plain chunks: no pickled objects ever come from a peer.
 """
 import torch
 
+from peer.compute.flat import split_like
 from peer.compute.runner import StageRunner
 
 
@@ -41,12 +42,8 @@ def load_flat_state(runner: StageRunner, vector: torch.Tensor, step_count: int, 
     if adam_step == 0 and bool(vector[n:].any()):
         raise ValueError("optimizer moments without an optimizer step")
     with runner._lock:
-        params, offset = list(runner._params), 0
-        chunks = []
-        for _ in range(3):
-            for p in params:
-                chunks.append(vector[offset:offset + p.numel()].view(p.shape))
-                offset += p.numel()
+        params = list(runner._params)
+        chunks = split_like(vector, params * 3)     # parameters, exp_avg, exp_avg_sq
         with torch.no_grad():
             for p, c in zip(params, chunks[:len(params)]):
                 p.copy_(c.to(dtype=p.dtype, device=p.device))

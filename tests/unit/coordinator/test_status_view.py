@@ -158,7 +158,7 @@ async def test_page_api_and_metrics_over_http(app):
 
 
 def test_maddrs_file_is_atomic_and_errors_are_logged(tmp_path, caplog):
-    from coordinator.app import write_maddrs_file
+    from coordinator.run_files import write_maddrs_file
     target = tmp_path / "coordinator.maddrs"
     write_maddrs_file(str(target), ["/ip4/172.28.0.10/tcp/31337/p2p/QmA", "/ip4/10.0.0.1/tcp/1/p2p/QmA"])
     assert target.read_text() == "/ip4/172.28.0.10/tcp/31337/p2p/QmA /ip4/10.0.0.1/tcp/1/p2p/QmA\n"
