@@ -103,7 +103,9 @@ def test_a_home_peer_behind_nat_trains_through_relays_and_outlives_the_busiest_r
     hosts.stop(groups[busiest][1], grace_s=0)                     # that relay process is gone
     done = len(wait_iterations(tmp_path / "coordinator.log", 3, 5))
     rows = wait_iterations(tmp_path / "coordinator.log", done + 5, 60)
-    assert all(r["completed"] == 2 and r["lost"] == 0 for r in rows), rows
+    # a microbatch crossing the relay when it died is sent again (reissued), not lost
+    bad = [r for r in rows if r["lost"] or r["completed"] + r["rerouted"] + r["reissued"] != 2]
+    assert not bad, bad
     other = sum(hosts.port_bytes(0).get(_port(m), 0) for m in groups[1 - busiest][0])
     assert other - carried[1 - busiest] > 100_000, (carried, other)   # the other relay took over
 
