@@ -223,8 +223,8 @@ class CoordinatorApp:
                                               self._planned_microbatches, self._planned_ids, known_from):
             self.summaries.append(summary)
             if summary.lost_microbatches:
-                positions = self.ledger.lost(self._schedule_for(summary.iteration), summary.iteration,
-                                             summary.lost_microbatches)
+                positions = self.ledger.lost(self._schedule_for(summary.iteration, pending.get(summary.iteration, {})),
+                                             summary.iteration, summary.lost_microbatches)
                 logger.info("iteration %d lost microbatch(es) %s: their %d samples are trained again later",
                             summary.iteration, list(summary.lost_microbatches), len(positions))
             self.last_reports = pending.get(summary.iteration, {})
@@ -261,7 +261,7 @@ class CoordinatorApp:
             logger.warning("cannot plan yet: %s", exc)
             return
         start = self._next_start_iteration()
-        schedule = dataclasses.replace(schedule, start_iteration=start, **self.ledger.fields_for(self.schedule, start))
+        schedule = dataclasses.replace(schedule, start_iteration=start, **self.ledger.fields_for(self.schedules, start))
         await self.records.put_schedule(schedule)
         self._adopt(schedule)
         self.topology = topology
@@ -282,7 +282,7 @@ class CoordinatorApp:
         """The current routes as a new epoch: only its data fields change."""
         start = max(self._next_start_iteration(), self.schedule.start_iteration + 1)
         schedule = dataclasses.replace(self.schedule, epoch=self.schedule.epoch + 1, start_iteration=start,
-                                       **self.ledger.fields_for(self.schedule, start))
+                                       **self.ledger.fields_for(self.schedules, start))
         await self.records.put_schedule(schedule)
         self._adopt(schedule)
         self.replans.append({"epoch": schedule.epoch, "published_at": time.time(), "start_iteration": start,
@@ -303,7 +303,15 @@ class CoordinatorApp:
         self.schedule = schedule
         self.schedules.append(schedule)
 
-    def _schedule_for(self, iteration: int) -> Schedule | None:
+    def _schedule_for(self, iteration: int, reports: dict | None = None) -> Schedule | None:
+        """The schedule `iteration` ran under: the epoch its origins reported, when they agree (an
+        origin that read a new epoch too late ran its first iteration under the old one: its
+        microbatches, and their samples, are those of the old epoch), else the one covering it."""
+        epochs = {r.epoch for r in (self.progress.reports.get(iteration, {}) if reports is None else reports).values()}
+        if len(epochs) == 1:
+            ran = next((s for s in self.schedules if s.epoch == min(epochs)), None)
+            if ran is not None and ran.start_iteration <= iteration:
+                return ran
         return schedule_for_iteration(self.schedules, iteration)
 
     def _route_of(self, epoch: int, microbatch_id: int) -> Route | None:

@@ -5,7 +5,10 @@ microbatches were lost. It keeps their positions and hands them to the next epoc
 publishes (`data_retry`), so that within a data epoch no sample is trained twice or skipped.
 An epoch republished only to carry retries keeps its routes.
 """
+from typing import Sequence
+
 from protocol.schedule import Schedule
+from swarmcore.schedule_history import schedule_for_iteration
 
 from tokendata.cursor import microbatch_positions, schedule_cursor
 
@@ -31,13 +34,21 @@ class DataLedger:
         self.lost_positions.update(positions)
         return fresh
 
-    def fields_for(self, previous: Schedule | None, start_iteration: int) -> dict:
-        """`data_base` and `data_retry` of a schedule taking over at `start_iteration`."""
-        if previous is None:
+    def fields_for(self, published: Sequence[Schedule], start_iteration: int) -> dict:
+        """`data_base` and `data_retry` of a schedule taking over at `start_iteration`, after the
+        schedules `published` so far (oldest first). The cursor goes on from the one that covers
+        `start_iteration`; one published to start later never takes effect, so the retries it
+        carried move over (a re-plan can start before a republish that only carried retries)."""
+        covering = schedule_for_iteration(published, start_iteration)
+        if covering is None:
             base, left = self.resumed or (0, ())
         else:
-            base, left = schedule_cursor(previous, self.microbatch_samples).at(start_iteration)
-        retry = list(left) + [p for p in self.pending if p not in left]
+            base, left = schedule_cursor(covering, self.microbatch_samples).at(start_iteration)
+        # published after the covering one (which already carries what those before it held)
+        after = covering.epoch if covering is not None else -1
+        superseded = [p for s in published if s.epoch > after and s.start_iteration > start_iteration
+                      for p in s.data_retry]
+        retry = list(dict.fromkeys([*left, *superseded, *self.pending]))
         self.pending = []
         return {"data_base": base, "data_retry": tuple(retry)}
 

@@ -24,7 +24,7 @@ def test_stage0_checkpoints_carry_the_cursor_and_a_fresh_coordinator_continues_i
     assert saved_cursor(tmp_path, "nope", "ds1") is None
     ledger = DataLedger(4)
     ledger.resumed = (cursor.base, cursor.retry)
-    assert ledger.fields_for(None, cursor.iteration) == {"data_base": 180, "data_retry": (3, 7)}
+    assert ledger.fields_for([], cursor.iteration) == {"data_base": 180, "data_retry": (3, 7)}
 
 
 def test_a_damaged_cursor_file_is_ignored(tmp_path):

@@ -60,3 +60,25 @@ def test_the_freshest_dated_record_says_where_the_swarm_stood_and_when():
     assert t.freshest() == (5, 50.0)
     t.add({"b": ProgressRecord("b", recs["b"].reports[:-1], written_at=60.0)})  # b re-stored, still at 4
     assert t.freshest() == (4, 60.0)
+
+
+def test_an_iteration_is_accounted_under_the_epoch_its_origins_ran_it_under():
+    """Epoch 2 (origin a only) was published to start at iteration 3, but the origins read it too
+    late and ran iteration 3 under epoch 1, where b was an origin too: b died meanwhile, so its
+    epoch-1 microbatch of iteration 3 is lost, with epoch 1's sample positions."""
+    import dataclasses
+    from bench.support.memory_swarm import make_schedule
+    from coordinator.app import CoordinatorApp
+    from coordinator.config import CoordinatorConfig
+    app = CoordinatorApp(CoordinatorConfig(run="t", num_stages=2, skip_ratio=0.0, microbatch_samples=2))
+    first = make_schedule("t", {"a": 0, "b": 0, "m": 1}, {0: ["a", "m"], 1: ["b", "m"]}, epoch=1)
+    app._adopt(first)
+    app._adopt(dataclasses.replace(make_schedule("t", {"a": 0, "m": 1}, {0: ["a", "m"], 1: ["a", "m"]}, epoch=2),
+                                   start_iteration=3, data_base=12))
+    late = dataclasses.replace(report("a", 3), epoch=1)
+    app.progress.add({"a": ProgressRecord("a", (late,))})
+    assert app._origins_for(3) == {"a", "b"} and app._planned_ids(3, "b") == [1]
+    summaries = app.progress.complete(app._origins_for, lambda p: p == "b", app._planned_microbatches,
+                                      app._planned_ids)
+    assert [s.lost_microbatches for s in summaries] == [(1,)]
+    assert app._schedule_for(3, {"a": late}) is first

@@ -64,7 +64,7 @@ def test_positions_compress_to_ranges():
 def test_lost_microbatches_are_trained_once_in_a_later_epoch():
     samples = 2
     ledger = DataLedger(samples)
-    s1 = schedule(4, start=0, **ledger.fields_for(None, 0))
+    s1 = schedule(4, start=0, **ledger.fields_for([], 0))
     trained = []
     lost_iteration, lost_ids = 1, [1, 3]
     for i in range(3):
@@ -75,7 +75,7 @@ def test_lost_microbatches_are_trained_once_in_a_later_epoch():
             trained += pos
     ledger.lost(s1, lost_iteration, lost_ids)
     assert ledger.has_pending()
-    s2 = dataclasses.replace(s1, epoch=2, start_iteration=3, **ledger.fields_for(s1, 3))
+    s2 = dataclasses.replace(s1, epoch=2, start_iteration=3, **ledger.fields_for([s1], 3))
     assert not ledger.has_pending() and s2.data_base == 24 and len(s2.data_retry) == 4
     for i in range(3, 5):
         for mb in range(4):
@@ -83,6 +83,26 @@ def test_lost_microbatches_are_trained_once_in_a_later_epoch():
     assert len(trained) == len(set(trained)), "a sample was trained twice"
     fresh, left = schedule_cursor(s2, samples).at(5)
     assert left == () and sorted(trained) == list(range(fresh))
+
+
+def test_a_replan_that_starts_before_a_republish_keeps_its_retries_and_skips_nothing():
+    """A republish carrying retries (epoch 2, from iteration 6) is overtaken by a re-plan that
+    starts earlier (epoch 3, from iteration 4): epoch 2 never runs, epoch 1 runs iterations 0-3,
+    and epoch 3 must go on from where epoch 1 stopped, with epoch 2's retries."""
+    samples = 2
+    ledger = DataLedger(samples)
+    s1 = schedule(2, start=0, **ledger.fields_for([], 0))
+    trained = [p for i in range(4) for mb in range(2) for p in microbatch_positions(s1, samples, i, mb)
+               if (i, mb) != (1, 1)]
+    ledger.lost(s1, 1, [1])
+    s2 = dataclasses.replace(s1, epoch=2, start_iteration=6, **ledger.fields_for([s1], 6))
+    s3 = dataclasses.replace(s1, epoch=3, start_iteration=4, **ledger.fields_for([s1, s2], 4))
+    assert s3.data_base == 4 * 2 * samples and set(s3.data_retry) == set(s2.data_retry) == {6, 7}
+    trained += [p for i in range(4, 8) for mb in range(2) for p in microbatch_positions(s3, samples, i, mb)]
+    assert len(trained) == len(set(trained)) and sorted(trained) == list(range(len(trained)))
+    # a later schedule from iteration 5 goes on from epoch 3 (which carried epoch 2's retries: not again)
+    s4 = dataclasses.replace(s1, epoch=4, start_iteration=5, **ledger.fields_for([s1, s2, s3], 5))
+    assert s4.data_retry == () and s4.data_base == schedule_cursor(s3, samples).at(5)[0]
 
 
 def test_a_schedule_refuses_negative_or_repeated_retry_positions():
