@@ -43,6 +43,8 @@ from coordinator.swarm_view import BanList, NotPlannable, SwarmSnapshot, to_topo
 
 logger = logging.getLogger("skippipe.coordinator")
 DHT_SHUTDOWN_S = 1.5      # then hivemind terminates its DHT child: inside the 5 s a stop may take
+STORED_SCHEDULE_TRIES = 3          # a restarted coordinator's reads of the stored schedule
+STORED_SCHEDULE_RETRY_S = 2.0
 
 
 def spec_from_config(config: CoordinatorConfig, data: RunData | None = None) -> RunSpec:
@@ -141,8 +143,8 @@ class CoordinatorApp:
         cfg = self.config
         await self.records.put_spec(self.spec)
         await self._serve_data()
-        previous = await self.records.get_schedule()
-        if previous is not None and previous.run == cfg.run:
+        previous = await self._stored_schedule(tries=STORED_SCHEDULE_TRIES if cfg.initial_peers else 1)
+        if previous is not None:
             self._adopt(previous)
             logger.info("continuing from stored schedule epoch %d", previous.epoch)
         elif cfg.checkpoint_dir:
@@ -156,6 +158,29 @@ class CoordinatorApp:
             write_maddrs_file(cfg.maddrs_file, self.maddrs)
         self.ready.set()
         await self._loop()
+
+    async def _stored_schedule(self, tries: int = 1) -> Schedule | None:
+        """The run's schedule in the DHT, if any. A coordinator restarted into a live swarm tries a
+        few times: its first lookups can miss while its routing table fills, and planning from
+        scratch would leave the peers' epoch unknown and their iterations unsummarised."""
+        for attempt in range(tries):
+            stored = await self.records.get_schedule()
+            if stored is not None and stored.run == self.config.run:
+                return stored
+            if attempt + 1 < tries:
+                await asyncio.sleep(STORED_SCHEDULE_RETRY_S)
+        return None
+
+    async def _follow_newer_epoch(self) -> None:
+        """Peers report an epoch newer than any we know (our first read of the schedule missed,
+        or it raced a publication): take the stored one."""
+        newest = max((r.epoch for by_peer in self.progress.reports.values() for r in by_peer.values()), default=None)
+        if newest is None or (self.schedule is not None and newest <= self.schedule.epoch):
+            return
+        stored = await self._stored_schedule()
+        if stored is not None and (self.schedule is None or stored.epoch > self.schedule.epoch):
+            self._adopt(stored)
+            logger.info("peers run epoch %d: following the stored schedule", stored.epoch)
 
     async def _serve_data(self) -> None:
         """Volunteers without a copy of --data download it from us (tokendata/transfer.py)."""
@@ -216,6 +241,7 @@ class CoordinatorApp:
             await self._replan(snapshot)
             self.presence.planned_now(now)
         self.progress.add(await self.records.get_progress())
+        await self._follow_newer_epoch()
         pending = {i: dict(r) for i, r in self.progress.reports.items()}  # complete() drops them
         online = snapshot.online
         known_from = self.schedules[0].start_iteration if self.schedules else 0

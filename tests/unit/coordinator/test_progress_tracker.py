@@ -82,3 +82,28 @@ def test_an_iteration_is_accounted_under_the_epoch_its_origins_ran_it_under():
                                       app._planned_ids)
     assert [s.lost_microbatches for s in summaries] == [(1,)]
     assert app._schedule_for(3, {"a": late}) is first
+
+
+def test_a_coordinator_that_missed_the_stored_schedule_follows_the_epoch_peers_report():
+    import asyncio
+    import dataclasses
+    from bench.support.memory_swarm import make_schedule
+    from coordinator.app import CoordinatorApp
+    from coordinator.config import CoordinatorConfig
+    stored = dataclasses.replace(make_schedule("t", {"a": 0, "m": 1}, {0: ["a", "m"]}, epoch=7), start_iteration=40)
+
+    class Records:
+        reads = 0
+
+        async def get_schedule(self):
+            self.reads += 1
+            return stored
+    app = CoordinatorApp(CoordinatorConfig(run="t", num_stages=2, skip_ratio=0.0))
+    app.records = Records()
+    app._adopt(make_schedule("t", {"a": 0, "m": 1}, {0: ["a", "m"]}, epoch=1))   # planned from scratch
+    app.progress.add({"a": ProgressRecord("a", (dataclasses.replace(report("a", 41), epoch=1),))})
+    asyncio.run(app._follow_newer_epoch())
+    assert app.schedule.epoch == 1 and app.records.reads == 0       # nothing newer reported: no read
+    app.progress.add({"a": ProgressRecord("a", (dataclasses.replace(report("a", 42), epoch=7),))})
+    asyncio.run(app._follow_newer_epoch())
+    assert app.schedule is stored and app._origins_for(42) == {"a"}
