@@ -97,6 +97,7 @@ class PeerApp:
         # once joined: the work loop, the announcer and the watchers run in it until a stop
         self.life = Lifecycle("the peer", logger, stop=self.stop)
         self.advert_state = PeerState.JOINING
+        self.run_over = False        # our last iteration is done: leaving needs no goodbye advert
         self.reports: collections.deque[IterationReport] = collections.deque(maxlen=REPORTS_KEPT)
         self.progress_publisher = LatestPublisher(self._put_progress, "progress", self.life.spawn)
         self.metrics = PeerMetrics()       # read by /metrics; the worker is never touched
@@ -186,7 +187,8 @@ class PeerApp:
             http = await self._start_metrics()
             await self.life.run(self._serve())
         finally:
-            await self.announcer.go_offline()
+            if not self.run_over:   # (once the run is over nobody plans: peers leaving together
+                await self.announcer.go_offline()   # cannot store for each other, each waited 3 s)
             await transport.close()
             self.worker.shutdown()   # what RPC handlers started after the work loop had ended
             if http is not None:
@@ -239,6 +241,7 @@ class PeerApp:
                 self.guard.run(self.config.announce_period_s)):
             self.life.spawn(loop)
         await self.worker.run()   # its crash ends the peer, as itself
+        self.run_over = True
         linger = self.config.linger_s
         sent = self.worker.sender.wire.sent   # also skippipe_peer_wire_tensors_sent_total in /metrics
         logger.info("run finished after %d iterations; leaving in %.0fs (tensors sent to next hops: %d float, "
