@@ -65,7 +65,10 @@ def data_summary(app) -> dict:
 
 
 def ban_summary(app) -> dict:
-    return {"banned": dict(app.bans.banned), "spot_checks": dict(app.bans.counts)}
+    """Bans and spot checks, and the peers demoted by measured speed when the run ended (a
+    demotion near the end may have had no re-plan to show up in `replans`)."""
+    return {"banned": dict(app.bans.banned), "spot_checks": dict(app.bans.counts),
+            "slow_peers": {p: round(r, 2) for p, r in app.slow_peers.factors.items()}}
 
 
 def main_epoch(summaries: list[IterationSummary]) -> int | None:

@@ -86,10 +86,12 @@ def test_a_stalled_peer_slows_and_a_stopped_one_pauses_but_neither_breaks_traini
     assert max(r["duration_s"] for r in rows[6:]) < 40, rows       # nobody waited out the timeout
     assert summary["last_loss"] < summary["first_loss"]
     # the stalled peer advertised what it measured, and the coordinator demoted it by that
-    # (its benchmark, and the topology file, say it is as fast as the rest)
+    # (its benchmark, and the topology file, say it is as fast as the rest): in a re-plan, or,
+    # when the demotion came too close to the run's end for one, in its final state
     stalled = re.search(r"peer (\w{12}) state=", (tmp_path / "logs" / "peer2.log").read_text()).group(1)
     demoted = {p[:12]: ratio for r in summary["replans"] for p, ratio in r["slow_peers"].items()}
-    assert list(demoted) == [stalled] and demoted[stalled] >= 3, summary["replans"]
+    demoted.update({p[:12]: ratio for p, ratio in summary["slow_peers"].items()})
+    assert list(demoted) == [stalled] and demoted[stalled] >= 3, (summary["replans"], summary["slow_peers"])
 
 
 def test_a_late_joiner_gets_the_stage_state_then_a_restarted_coordinator_continues(tmp_path):
