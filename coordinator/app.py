@@ -174,13 +174,16 @@ class CoordinatorApp:
     async def _follow_newer_epoch(self) -> None:
         """Peers report an epoch newer than any we know (our first read of the schedule missed,
         or it raced a publication): take the stored one."""
-        newest = max((r.epoch for by_peer in self.progress.reports.values() for r in by_peer.values()), default=None)
+        newest = self._newest_reported_epoch()
         if newest is None or (self.schedule is not None and newest <= self.schedule.epoch):
             return
         stored = await self._stored_schedule()
         if stored is not None and (self.schedule is None or stored.epoch > self.schedule.epoch):
             self._adopt(stored)
             logger.info("peers run epoch %d: following the stored schedule", stored.epoch)
+
+    def _newest_reported_epoch(self) -> int | None:
+        return max((r.epoch for by_peer in self.progress.reports.values() for r in by_peer.values()), default=None)
 
     async def _serve_data(self) -> None:
         """Volunteers without a copy of --data download it from us (tokendata/transfer.py)."""
@@ -237,14 +240,16 @@ class CoordinatorApp:
         self.status.observe(snapshot)
         self.presence.observe(frozenset(snapshot.online), now)
         self.slow_peers.observe({p: a.measured_fwd_s_per_layer_sample for p, a in snapshot.online.items()}, now)
+        # progress first: a restarted coordinator that missed the stored schedule must follow the
+        # epoch the peers run before it plans (a plan from scratch would be an epoch they refuse)
+        self.progress.add(await self.records.get_progress())
+        await self._follow_newer_epoch()
         if self.presence.should_plan(now) or (self.slow_peers.pending() and self.presence.gap_passed(now)):
             await self._replan(snapshot)
             self.presence.planned_now(now)
-        self.progress.add(await self.records.get_progress())
-        await self._follow_newer_epoch()
         pending = {i: dict(r) for i, r in self.progress.reports.items()}  # complete() drops them
         online = snapshot.online
-        known_from = self.schedules[0].start_iteration if self.schedules else 0
+        known_from = min((s.start_iteration for s in self.schedules), default=0)
         for summary in self.progress.complete(self._origins_for, lambda p: p not in online,
                                               self._planned_microbatches, self._planned_ids, known_from):
             self.summaries.append(summary)
@@ -272,7 +277,8 @@ class CoordinatorApp:
 
     async def _replan(self, snapshot: SwarmSnapshot) -> None:
         pinned = self.schedule.stage_of() if self.schedule else {}
-        epoch = self.schedule.epoch + 1 if self.schedule else 1
+        # never an epoch the peers already passed (they refuse older ones)
+        epoch = max(self.schedule.epoch if self.schedule else 0, self._newest_reported_epoch() or 0) + 1
         try:
             topology = to_topology(snapshot, self.spec, {p: s for p, s in pinned.items() if p in snapshot.online})
             topology = self.slow_peers.apply(self.adjust_topology(topology))
