@@ -174,16 +174,13 @@ class CoordinatorApp:
     async def _follow_newer_epoch(self) -> None:
         """Peers report an epoch newer than any we know (our first read of the schedule missed,
         or it raced a publication): take the stored one."""
-        newest = self._newest_reported_epoch()
+        newest = self.progress.newest_epoch()
         if newest is None or (self.schedule is not None and newest <= self.schedule.epoch):
             return
         stored = await self._stored_schedule()
         if stored is not None and (self.schedule is None or stored.epoch > self.schedule.epoch):
             self._adopt(stored)
             logger.info("peers run epoch %d: following the stored schedule", stored.epoch)
-
-    def _newest_reported_epoch(self) -> int | None:
-        return max((r.epoch for by_peer in self.progress.reports.values() for r in by_peer.values()), default=None)
 
     async def _serve_data(self) -> None:
         """Volunteers without a copy of --data download it from us (tokendata/transfer.py)."""
@@ -278,7 +275,7 @@ class CoordinatorApp:
     async def _replan(self, snapshot: SwarmSnapshot) -> None:
         pinned = self.schedule.stage_of() if self.schedule else {}
         # never an epoch the peers already passed (they refuse older ones)
-        epoch = max(self.schedule.epoch if self.schedule else 0, self._newest_reported_epoch() or 0) + 1
+        epoch = max(self.schedule.epoch if self.schedule else 0, self.progress.newest_epoch() or 0) + 1
         try:
             topology = to_topology(snapshot, self.spec, {p: s for p, s in pinned.items() if p in snapshot.online})
             topology = self.slow_peers.apply(self.adjust_topology(topology))
@@ -335,13 +332,16 @@ class CoordinatorApp:
         self.schedule = schedule
         self.schedules.append(schedule)
 
+    def _published(self, epoch: int) -> Schedule | None:
+        return next((s for s in reversed(self.schedules) if s.epoch == epoch), None)
+
     def _schedule_for(self, iteration: int, reports: dict | None = None) -> Schedule | None:
         """The schedule `iteration` ran under: the epoch its origins reported, when they agree (an
         origin that read a new epoch too late ran its first iteration under the old one: its
         microbatches, and their samples, are those of the old epoch), else the one covering it."""
         epochs = {r.epoch for r in (self.progress.reports.get(iteration, {}) if reports is None else reports).values()}
         if len(epochs) == 1:
-            ran = next((s for s in self.schedules if s.epoch == min(epochs)), None)
+            ran = self._published(min(epochs))
             if ran is not None and ran.start_iteration <= iteration:
                 return ran
         return schedule_for_iteration(self.schedules, iteration)
@@ -349,17 +349,13 @@ class CoordinatorApp:
     def _route_of(self, epoch: int, microbatch_id: int) -> Route | None:
         """The route a schedule this coordinator published gave (epoch, microbatch): spot-check
         reports are accepted only from that route's receivers."""
-        for schedule in reversed(self.schedules):
-            if schedule.epoch == epoch:
-                return next((r for r in schedule.routes if r.microbatch_id == microbatch_id), None)
-        return None
+        schedule = self._published(epoch)
+        return None if schedule is None else next((r for r in schedule.routes if r.microbatch_id == microbatch_id), None)
 
     def _replicas_of(self, epoch: int, stage: int) -> set[str]:
         """The peers a published schedule put on `stage` in `epoch`: only they take each other's shares."""
-        for schedule in reversed(self.schedules):
-            if schedule.epoch == epoch:
-                return {a.peer for a in schedule.assignment if a.stage == stage}
-        return set()
+        schedule = self._published(epoch)
+        return set() if schedule is None else {a.peer for a in schedule.assignment if a.stage == stage}
 
     def _origins_for(self, iteration: int) -> set[str]:
         schedule = self._schedule_for(iteration)

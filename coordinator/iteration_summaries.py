@@ -115,5 +115,9 @@ class ProgressTracker:
         peer dates its records (protocol 1.7)."""
         return max(self.written.values(), key=lambda w: w[1], default=None)
 
+    def newest_epoch(self) -> int | None:
+        """The newest epoch any unsummarised report ran under."""
+        return max((r.epoch for by_peer in self.reports.values() for r in by_peer.values()), default=None)
+
     def latest_reported(self) -> int:
         return max(self.reports, default=self.next_iteration - 1)
