@@ -17,9 +17,8 @@ from opsweb.stopping import run_until_stopped, shutdown_dht
 from protocol.errors import FieldError
 from protocol.membership import JoinKeyError
 from protocol.messages import RunSpec
-from protocol.schedule import Route, Schedule
+from protocol.schedule import Schedule
 from swarmcore.dht.validators import record_validators
-from swarmcore.schedule_history import schedule_for_iteration
 from swarmcore.relay import relay_kwargs
 
 from tokendata.transfer import DataServer
@@ -32,6 +31,7 @@ from coordinator.dht_io import CoordinatorRecords
 from coordinator.members import admission_for
 from coordinator.organiser_key import OrganiserKeyError, run_address
 from coordinator.planner import PlanConfig, PlanningError, plan
+from coordinator.published import PublishedSchedules
 from coordinator.iteration_summaries import IterationSummary, ProgressTracker
 from coordinator.run_files import (load_or_create_join_key, load_organiser, remove_stale_maddrs_file,
                                    write_maddrs_file)
@@ -77,14 +77,15 @@ class CoordinatorApp:
         self.ready = asyncio.Event()        # set once the DHT is up and the spec is written
         self.dht = None                      # a hivemind DHT once run() starts it
         self.schedule: Schedule | None = None
-        self.schedules: list[Schedule] = []
         self.progress = ProgressTracker()
+        self.published = PublishedSchedules(lambda i: self.progress.reports.get(i, {}))
+        self.resync: list[str] = []         # why the current epoch must be published again
         self.summaries: list[IterationSummary] = []
         self.presence = PresenceTracker(ReplanPolicy(min_peers=max(1, config.min_peers),
                                                          hold_s=config.replan_hold_s))
         self.finished = False
         self.replans: list[dict] = []       # every published epoch: when, why, from which iteration
-        self.bans = BanList(routes=self._route_of, replicas=self._replicas_of)   # failed spot/share checks
+        self.bans = BanList(routes=self.published.route_of, replicas=self.published.replicas_of)   # failed spot/share checks
         self.advert_gate = AdvertGate(self.spec)   # adverts the spec rules out: ignored, logged once
         self.snapshot: SwarmSnapshot | None = None      # the latest round's view (status page)
         self.collapse_guard = CollapseGuard()
@@ -246,12 +247,14 @@ class CoordinatorApp:
             self.presence.planned_now(now)
         pending = {i: dict(r) for i, r in self.progress.reports.items()}  # complete() drops them
         online = snapshot.online
-        known_from = min((s.start_iteration for s in self.schedules), default=0)
-        for summary in self.progress.complete(self._origins_for, lambda p: p not in online,
-                                              self._planned_microbatches, self._planned_ids, known_from):
+        published = self.published
+        for summary in self.progress.complete(published.origins_for, lambda p: p not in online,
+                                              published.planned_microbatches, published.planned_ids,
+                                              published.known_from()):
             self.summaries.append(summary)
+            self.resync += published.judge(summary.iteration, pending.get(summary.iteration, {}))
             if summary.lost_microbatches:
-                positions = self.ledger.lost(self._schedule_for(summary.iteration, pending.get(summary.iteration, {})),
+                positions = self.ledger.lost(published.ran_under(summary.iteration, pending.get(summary.iteration, {})),
                                              summary.iteration, summary.lost_microbatches)
                 logger.info("iteration %d lost microbatch(es) %s: their %d samples are trained again later",
                             summary.iteration, list(summary.lost_microbatches), len(positions))
@@ -262,8 +265,8 @@ class CoordinatorApp:
                     await result
             if self.spec.max_steps and summary.iteration + 1 >= self.spec.max_steps:
                 self.finished = True
-        if self.ledger.has_pending() and self.schedule is not None and not self.finished:
-            await self._republish("lost samples to train again")
+        if (self.resync or self.ledger.has_pending()) and self.schedule is not None and not self.finished:
+            await self._republish("; ".join(self.resync) or "lost samples to train again")
 
     async def _unbanned(self, adverts: dict) -> dict:
         for reporter, record in (await self.records.get_spot_checks()).items():
@@ -290,7 +293,7 @@ class CoordinatorApp:
             logger.warning("cannot plan yet: %s", exc)
             return
         start = self._next_start_iteration()
-        schedule = dataclasses.replace(schedule, start_iteration=start, **self.ledger.fields_for(self.schedules, start))
+        schedule = dataclasses.replace(schedule, start_iteration=start, **self.published.data_fields(self.ledger, start))
         await self.records.put_schedule(schedule)
         self._adopt(schedule)
         self.topology = topology
@@ -310,8 +313,11 @@ class CoordinatorApp:
     async def _republish(self, why: str) -> None:
         """The current routes as a new epoch: only its data fields change."""
         start = max(self._next_start_iteration(), self.schedule.start_iteration + 1)
+        if self.published.awaits_uptake(start):
+            return   # its data fields go on from an epoch the origins may yet miss: next round
+        self.resync = []
         schedule = dataclasses.replace(self.schedule, epoch=self.schedule.epoch + 1, start_iteration=start,
-                                       **self.ledger.fields_for(self.schedules, start))
+                                       **self.published.data_fields(self.ledger, start))
         await self.records.put_schedule(schedule)
         self._adopt(schedule)
         self.replans.append({"epoch": schedule.epoch, "published_at": time.time(), "start_iteration": start,
@@ -326,48 +332,12 @@ class CoordinatorApp:
         latest = max(self.progress.latest_reported(), self.summaries[-1].iteration if self.summaries else -1)
         since = time.time() - self.summaries[-1].finished_at if self.summaries else 0.0
         return switch_from_progress(latest, [s.duration_s for s in self.summaries[-5:]], since,
-                                    self.config.switch_margin_s, self.progress.freshest(), time.time())
+                                    self.config.switch_margin_s * self.published.uptake.margin_factor(),
+                                    self.progress.freshest(), time.time())
 
     def _adopt(self, schedule: Schedule) -> None:
         self.schedule = schedule
-        self.schedules.append(schedule)
-
-    def _published(self, epoch: int) -> Schedule | None:
-        return next((s for s in reversed(self.schedules) if s.epoch == epoch), None)
-
-    def _schedule_for(self, iteration: int, reports: dict | None = None) -> Schedule | None:
-        """The schedule `iteration` ran under: the epoch its origins reported, when they agree (an
-        origin that read a new epoch too late ran its first iteration under the old one: its
-        microbatches, and their samples, are those of the old epoch), else the one covering it."""
-        epochs = {r.epoch for r in (self.progress.reports.get(iteration, {}) if reports is None else reports).values()}
-        if len(epochs) == 1:
-            ran = self._published(min(epochs))
-            if ran is not None and ran.start_iteration <= iteration:
-                return ran
-        return schedule_for_iteration(self.schedules, iteration)
-
-    def _route_of(self, epoch: int, microbatch_id: int) -> Route | None:
-        """The route a schedule this coordinator published gave (epoch, microbatch): spot-check
-        reports are accepted only from that route's receivers."""
-        schedule = self._published(epoch)
-        return None if schedule is None else next((r for r in schedule.routes if r.microbatch_id == microbatch_id), None)
-
-    def _replicas_of(self, epoch: int, stage: int) -> set[str]:
-        """The peers a published schedule put on `stage` in `epoch`: only they take each other's shares."""
-        schedule = self._published(epoch)
-        return set() if schedule is None else {a.peer for a in schedule.assignment if a.stage == stage}
-
-    def _origins_for(self, iteration: int) -> set[str]:
-        schedule = self._schedule_for(iteration)
-        return set() if schedule is None else {r.origin for r in schedule.routes}
-
-    def _planned_ids(self, iteration: int, origin: str) -> list[int]:
-        schedule = self._schedule_for(iteration)
-        return [] if schedule is None else [r.microbatch_id for r in schedule.routes if r.origin == origin]
-
-    def _planned_microbatches(self, iteration: int, origin: str) -> int:
-        schedule = self._schedule_for(iteration)
-        return 0 if schedule is None else sum(r.origin == origin for r in schedule.routes)
+        self.published.add(schedule)
 
 
 def run_coordinator(config: CoordinatorConfig, run_data: RunData | None = None) -> int:

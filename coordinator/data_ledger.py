@@ -34,11 +34,14 @@ class DataLedger:
         self.lost_positions.update(positions)
         return fresh
 
-    def fields_for(self, published: Sequence[Schedule], start_iteration: int) -> dict:
+    def fields_for(self, published: Sequence[Schedule], start_iteration: int,
+                   missed: Sequence[Schedule] = ()) -> dict:
         """`data_base` and `data_retry` of a schedule taking over at `start_iteration`, after the
         schedules `published` so far (oldest first). The cursor goes on from the one that covers
         `start_iteration`; one published to start later never takes effect, so the retries it
-        carried move over (a re-plan can start before a republish that only carried retries)."""
+        carried move over (a re-plan can start before a republish that only carried retries).
+        So do those of `missed` epochs (coordinator/epoch_uptake.py), less the covering one's
+        own retries: the epoch the origins ran instead handed those out itself."""
         covering = schedule_for_iteration(published, start_iteration)
         if covering is None:
             base, left = self.resumed or (0, ())
@@ -48,7 +51,9 @@ class DataLedger:
         after = covering.epoch if covering is not None else -1
         superseded = [p for s in published if s.epoch > after and s.start_iteration > start_iteration
                       for p in s.data_retry]
-        retry = list(dict.fromkeys([*left, *superseded, *self.pending]))
+        own = set(covering.data_retry) if covering is not None else set()
+        carried = [p for s in missed for p in s.data_retry if p not in own]
+        retry = list(dict.fromkeys([*left, *superseded, *carried, *self.pending]))
         self.pending = []
         return {"data_base": base, "data_retry": tuple(retry)}
 

@@ -81,7 +81,7 @@ def main_epoch(summaries: list[IterationSummary]) -> int | None:
 
 def ran_schedule(app, summaries: list[IterationSummary]):
     epoch = main_epoch(summaries)
-    return next((s for s in app.schedules if s.epoch == epoch), app.schedule)
+    return next((s for s in app.published.all if s.epoch == epoch), app.schedule)
 
 
 def write_plan_files(schedule, topology, summary_json: Path) -> None:

@@ -16,9 +16,17 @@ class StaleSchedule(Exception):
 
 
 class ScheduleBook:
+    """As an origin, this peer takes a new epoch only if it read it before it began the epoch's
+    first iteration; read later, the epoch is *missed* and this peer keeps the one it runs until
+    the coordinator publishes another (coordinator/epoch_uptake.py). Switching one iteration
+    late would train samples of the old epoch that the new epoch's cursor hands out again.
+    Other stages follow the epoch of the work they get, and take a new epoch whenever they read it."""
+
     def __init__(self):
         self._schedules: list[Schedule] = []   # increasing epoch
         self._changed = asyncio.Event()
+        self._began_as_origin = -1             # the last iteration this peer began as an origin
+        self._missed: set[int] = set()
 
     @property
     def latest(self) -> Schedule | None:
@@ -32,6 +40,11 @@ class ScheduleBook:
                 return False
             if schedule.epoch < latest.epoch:
                 raise StaleSchedule(f"epoch {schedule.epoch} is older than our epoch {latest.epoch}")
+        if schedule.start_iteration <= self._began_as_origin:
+            self._missed.add(schedule.epoch)
+            logger.warning("schedule epoch %d starts at iteration %d, which this peer began under epoch %d: "
+                           "read too late, keeping epoch %d until the coordinator publishes another",
+                           schedule.epoch, schedule.start_iteration, self._running_epoch(), self._running_epoch())
         self._schedules.append(schedule)
         del self._schedules[:-KEEP_SCHEDULES]
         self._changed.set()
@@ -39,8 +52,19 @@ class ScheduleBook:
         return True
 
     def for_iteration(self, iteration: int) -> Schedule | None:
-        """The newest schedule whose start_iteration is <= iteration."""
-        return schedule_for_iteration(self._schedules, iteration)
+        """The newest schedule whose start_iteration is <= iteration (of those not missed)."""
+        return schedule_for_iteration([s for s in self._schedules if s.epoch not in self._missed], iteration)
+
+    def began_as_origin(self, iteration: int) -> None:
+        """This peer began `iteration` as an origin, under for_iteration(iteration)."""
+        self._began_as_origin = max(self._began_as_origin, iteration)
+
+    def missed(self, epoch: int) -> bool:
+        return epoch in self._missed
+
+    def _running_epoch(self) -> int:
+        running = self.for_iteration(self._began_as_origin)
+        return -1 if running is None else running.epoch
 
     async def wait_changed(self, timeout: float) -> bool:
         event = self._changed

@@ -77,11 +77,11 @@ def test_an_iteration_is_accounted_under_the_epoch_its_origins_ran_it_under():
                                    start_iteration=3, data_base=12))
     late = dataclasses.replace(report("a", 3), epoch=1)
     app.progress.add({"a": ProgressRecord("a", (late,))})
-    assert app._origins_for(3) == {"a", "b"} and app._planned_ids(3, "b") == [1]
-    summaries = app.progress.complete(app._origins_for, lambda p: p == "b", app._planned_microbatches,
-                                      app._planned_ids)
+    assert app.published.origins_for(3) == {"a", "b"} and app.published.planned_ids(3, "b") == [1]
+    summaries = app.progress.complete(app.published.origins_for, lambda p: p == "b", app.published.planned_microbatches,
+                                      app.published.planned_ids)
     assert [s.lost_microbatches for s in summaries] == [(1,)]
-    assert app._schedule_for(3, {"a": late}) is first
+    assert app.published.ran_under(3, {"a": late}) is first
 
 
 def test_a_coordinator_that_missed_the_stored_schedule_follows_the_epoch_peers_report():
@@ -106,4 +106,4 @@ def test_a_coordinator_that_missed_the_stored_schedule_follows_the_epoch_peers_r
     assert app.schedule.epoch == 1 and app.records.reads == 0       # nothing newer reported: no read
     app.progress.add({"a": ProgressRecord("a", (dataclasses.replace(report("a", 42), epoch=7),))})
     asyncio.run(app._follow_newer_epoch())
-    assert app.schedule is stored and app._origins_for(42) == {"a"}
+    assert app.schedule is stored and app.published.origins_for(42) == {"a"}

@@ -97,7 +97,7 @@ def published_app():
 
 def test_receivers_of_a_hop_are_the_next_hop_or_the_origin():
     from swarmcore.schedule_history import spot_check_receivers
-    schedule = published_app().schedules[-1]
+    schedule = published_app().published.all[-1]
     route = {r.microbatch_id: r for r in schedule.routes}
     assert spot_check_receivers(route[0], "p", 1) == {"z"}
     assert spot_check_receivers(route[2], "p", 1) == {"o"}            # the last hop's output: the origin
@@ -149,7 +149,7 @@ def test_backward_reports_count_only_from_the_receiver_of_the_backward():
     # p's backward goes to the hop before it: o on mb 0 and mb 2; z (which sends p its gradient
     # on mb 0) and members off the route are not placed to check it
     from swarmcore.schedule_history import backward_check_receivers
-    route = {r.microbatch_id: r for r in published_app().schedules[-1].routes}
+    route = {r.microbatch_id: r for r in published_app().published.all[-1].routes}
     assert backward_check_receivers(route[0], "p", 1) == {"o"}
     assert backward_check_receivers(route[1], "z", 2) == {"q"}
     assert backward_check_receivers(route[0], "o", 0) == set()     # the origin's hop has no backward to check

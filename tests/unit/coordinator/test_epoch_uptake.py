@@ -1,0 +1,91 @@
+"""An epoch its origins read too late never takes effect, and no sample is trained twice or
+skipped for it: the origins keep the old epoch (peer's ScheduleBook), the coordinator sees
+it in their reports (EpochUptake), and the next epoch goes on from the one they ran."""
+import dataclasses
+
+from coordinator.data_ledger import DataLedger
+from coordinator.epoch_uptake import EpochUptake
+from peer.pipeline.schedule_book import ScheduleBook
+from tokendata.cursor import microbatch_positions, schedule_cursor
+
+from tests.unit.tokendata.test_sample_cursor import schedule
+
+SAMPLES = 2
+
+
+def train(book: ScheduleBook, iterations, trained: list, lost=()):
+    """An origin's loop: begin each iteration under the schedule it has, train its microbatches."""
+    for i in iterations:
+        running = book.for_iteration(i)
+        book.began_as_origin(i)
+        trained += [p for r in running.routes if (i, r.microbatch_id) not in lost
+                    for p in microbatch_positions(running, SAMPLES, i, r.microbatch_id)]
+    return running
+
+
+def test_a_missed_epoch_is_republished_and_the_cursor_goes_on_from_the_epoch_that_ran():
+    ledger, uptake, book, trained = DataLedger(SAMPLES), EpochUptake(), ScheduleBook(), []
+    s1 = schedule(2, start=0, **ledger.fields_for([], 0))
+    book.add(s1)
+    train(book, range(0, 3), trained, lost={(1, 1)})
+    ledger.lost(s1, 1, [1])
+    published = [s1]
+    s2 = dataclasses.replace(s1, epoch=2, start_iteration=3, **ledger.fields_for(published, 3))
+    published.append(s2)
+    assert s2.data_retry == (6, 7)
+    train(book, [3], trained)               # the origin began iteration 3 before it read epoch 2
+    book.add(s2)
+    assert book.missed(2) and book.for_iteration(3) is s1 and book.latest is s2
+    assert train(book, [4, 5], trained) is s1
+    assert uptake.judge(published, 3, {1}) and uptake.missed == {2} and uptake.margin_factor() == 2
+    assert uptake.judge(published, 4, {1}) == []       # judged once
+
+    s3 = dataclasses.replace(s2, epoch=3, start_iteration=6,
+                             **ledger.fields_for(uptake.effective(published), 6, uptake.dropped(published)))
+    published.append(s3)
+    assert s3.data_retry == (6, 7) and s3.data_base == schedule_cursor(s1, SAMPLES).at(6)[0]
+    book.add(s3)
+    assert not book.missed(3)
+    assert train(book, [6, 7], trained) is s3
+    assert uptake.judge(published, 6, {3}) == [] and uptake.margin_factor() == 1
+    assert len(trained) == len(set(trained)), "a sample was trained twice"
+    assert sorted(trained) == list(range(len(trained))), "a sample was skipped"
+    # the retries the missed epoch carried went to epoch 3, which trained them: not again
+    s4 = dataclasses.replace(s3, epoch=4, start_iteration=8,
+                             **ledger.fields_for(uptake.effective(published), 8, uptake.dropped(published)))
+    assert s4.data_retry == ()
+
+
+def test_an_epoch_some_origins_missed_is_published_again_but_still_counts():
+    uptake = EpochUptake()
+    s1, s2 = schedule(2, start=0), schedule(2, start=3, epoch=2)
+    assert uptake.judge([s1, s2], 3, {1, 2}) and uptake.missed == set()
+    assert uptake.effective([s1, s2]) == [s1, s2]
+
+
+def test_a_non_origin_takes_a_new_epoch_whenever_it_reads_it():
+    book = ScheduleBook()
+    s1, s2 = schedule(2, start=0), schedule(2, start=3, epoch=2)
+    book.add(s1)
+    book.add(s2)                            # nothing begun as an origin: never missed
+    assert book.for_iteration(3) is s2 and not book.missed(2)
+
+
+def test_no_epoch_is_published_on_top_of_one_whose_uptake_is_unknown():
+    """Seen in CI: a re-plan from iteration 21 and, 13 ms later, a republish from 22 that went
+    on from the re-plan's cursor; the origins missed the re-plan, so iteration 23 trained what
+    iteration 21 had. The republish now waits until iteration 21 says which epoch ran."""
+    from types import SimpleNamespace
+    from coordinator.published import PublishedSchedules
+    ledger, published = DataLedger(SAMPLES), PublishedSchedules(lambda i: {})
+    s1 = schedule(2, start=0, **ledger.fields_for([], 0))
+    published.add(s1)
+    published.judge(0, {"o0": SimpleNamespace(epoch=1)})
+    replan = schedule(2, start=21, epoch=3, **published.data_fields(ledger, 21))
+    published.add(replan)
+    assert not published.awaits_uptake(20) and published.awaits_uptake(22)
+    assert published.judge(21, {"o0": SimpleNamespace(epoch=1), "o1": SimpleNamespace(epoch=1)})
+    assert not published.awaits_uptake(22)
+    republish = schedule(2, start=22, epoch=4, **published.data_fields(ledger, 22))
+    assert republish.data_base == schedule_cursor(s1, SAMPLES).at(22)[0]
+    assert published.ran_under(21) is s1 and published.ran_under(22) is s1
