@@ -124,7 +124,7 @@ def test_a_late_joiner_gets_the_stage_state_then_a_restarted_coordinator_continu
             async with coordinator(num_stages=2, skip_ratio=0.0, min_peers=3, max_steps=100000,
                                    initial_peers=tuple(maddrs[:1]), organiser_key_path=key) as second:
                 await wait_for(lambda: second.schedule is not None, 30, "the stored schedule")
-                assert second.schedules[0].epoch == old_epoch       # picked up, not started over
+                assert second.published.all[0].epoch == old_epoch       # picked up, not started over
                 await wait_for(lambda: second.summaries and second.summaries[-1].iteration > last_seen + 2,
                                180, "iterations after the restart")
                 assert second.schedule.epoch >= old_epoch
