@@ -27,14 +27,21 @@ def test_export_from_a_live_swarm(tmp_path):
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert "exported live run local, iteration" in proc.stdout
         assert json.loads((out / "config.json").read_text())["skippipe_stage_layers"] == [2, 4, 6]
+        stop(swarm)            # the export is on disk: generating needs no swarm (nor its CPU)
         gen = subprocess.run([sys.executable, "-m", "coordinator.cli", "generate", "--checkpoint", str(out),
                               "--prompt", "ROMEO:", "--max-new-tokens", "8"], capture_output=True, text=True,
                              timeout=120)
         assert gen.returncode == 0 and gen.stdout.strip(), gen.stderr
     finally:
-        swarm.send_signal(signal.SIGINT)       # the launcher stops its peers and the coordinator
-        try:
-            swarm.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            swarm.kill()
-            swarm.communicate()
+        stop(swarm)
+
+
+def stop(swarm: subprocess.Popen) -> None:
+    if swarm.poll() is not None:
+        return
+    swarm.send_signal(signal.SIGINT)       # the launcher stops its peers and the coordinator
+    try:
+        swarm.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        swarm.kill()
+        swarm.communicate()
