@@ -32,6 +32,7 @@ import torch
 from peer.compute.flat import flatten, split_like
 from peer.compute.errors import BadTensor, OutOfOrder, StashFull, UnknownMicrobatch, WrongStage
 from peer.compute.host_buffers import DeviceIO
+from peer.compute.input_checks import checked_hidden, checked_tokens
 from peer.compute.model import spec_config
 from peer.compute.optim import OptimConfig, StepStats  # noqa: F401  (StepStats: re-exported)
 from peer.compute.stages import StageModule, build_stage
@@ -105,36 +106,10 @@ class StageRunner:
         return key
 
     def _check_float(self, what: str, t, shape: tuple[int, ...] | None) -> torch.Tensor:
-        if not isinstance(t, torch.Tensor):
-            raise BadTensor(what, f"expected a torch.Tensor, got {type(t).__name__}")
-        if self.io is not None:
-            t = self.io.to_compute(t)
-        if t.dtype != self.dtype:
-            raise BadTensor(what, f"dtype {t.dtype}, expected {self.dtype}")
-        c = self.config
-        if shape is not None and tuple(t.shape) != shape:
-            raise BadTensor(what, f"shape {list(t.shape)}, expected {list(shape)}")
-        if t.ndim != 3 or t.shape[0] < 1 or not 1 <= t.shape[1] <= c.max_seq_len \
-                or t.shape[2] != c.dim:
-            raise BadTensor(what, f"shape {list(t.shape)}, expected (batch>=1, 1..{c.max_seq_len}, "
-                                  f"{c.dim})")
-        if not bool(torch.isfinite(t).all()):
-            raise BadTensor(what, "contains NaN or Inf", non_finite=True)
-        return t.to(self.device)
+        return checked_hidden(what, t, shape, self.config, self.dtype, self.io, self.device)
 
     def _check_tokens(self, what: str, t, shape: tuple[int, ...] | None = None) -> torch.Tensor:
-        if not isinstance(t, torch.Tensor):
-            raise BadTensor(what, f"expected a torch.Tensor, got {type(t).__name__}")
-        if t.dtype != torch.int64:
-            raise BadTensor(what, f"dtype {t.dtype}, expected torch.int64")
-        c = self.config
-        if t.ndim != 2 or t.shape[0] < 1 or not 1 <= t.shape[1] <= c.max_seq_len:
-            raise BadTensor(what, f"shape {list(t.shape)}, expected (batch>=1, 1..{c.max_seq_len})")
-        if shape is not None and tuple(t.shape) != shape:
-            raise BadTensor(what, f"shape {list(t.shape)}, expected {list(shape)}")
-        if int(t.min()) < 0 or int(t.max()) >= c.vocab_size:
-            raise BadTensor(what, f"token ids outside 0..{c.vocab_size - 1}")
-        return t.to(self.device)
+        return checked_tokens(what, t, shape, self.config, self.device)
 
     def _require_origin(self, call: str, origin: bool = True) -> None:
         if self.is_origin != origin:
