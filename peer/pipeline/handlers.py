@@ -21,7 +21,7 @@ from peer.pipeline import backward_checks, spot_checks, wire
 from peer.pipeline.inbox import InboxFull
 from peer.pipeline.share_codec import decode_share
 from peer.pipeline.flights import Work
-from peer.pipeline.state_sync import NotReady, StateDonor
+from peer.pipeline.state_sync import Joining, NotReady, StateDonor
 from peer.pipeline.worker import PipelineWorker
 from peer.routing import fallback
 
@@ -266,6 +266,8 @@ class WorkHandlers:
             return await self.donor.reply(req)
         except NotReady as exc:
             raise Rejected(ErrorCode.OVERLOADED, str(exc)) from None
+        except Joining as exc:
+            raise Rejected(ErrorCode.NOT_FOUND, str(exc)) from None
         except ValueError as exc:
             raise Rejected(ErrorCode.WRONG_STAGE, str(exc)) from None
 

@@ -26,6 +26,7 @@ class StageSeat:
         self.stepped_iteration = -1           # the last iteration whose step is done
         self.pending_iteration: int | None = None   # delayed updates: the one whose average is in flight
         self.stepping = False                 # an averaged update is being applied right now
+        self.fetching_state = False           # copying the stage's state from a replica: none to give
         self.stale_starts = 0                 # stages taken mid-run without their current state
         self.speed = SpeedMeter()             # measured forward speed, advertised (speed_meter.py)
         # one thread: compute stays off the event loop (heartbeats keep flowing) and in order

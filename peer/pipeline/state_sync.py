@@ -38,6 +38,16 @@ class NotReady(Exception):
     """The donor has not finished the iteration before the one asked for (retry later)."""
 
 
+class Joining(Exception):
+    """The donor is itself copying the stage's state (it joined, rejoined or fell behind too):
+    it has no live state to give, and waiting for it would wait for each other (two replicas
+    that both came back from checkpoints once waited out the 120 s timeout so)."""
+
+
+class DonorJoining(Exception):
+    pass
+
+
 class StateDonor:
     """Serving side: one snapshot per requested iteration."""
 
@@ -51,6 +61,8 @@ class StateDonor:
         seat = self.seat
         if seat.runner is None or seat.stage != req.stage:
             raise ValueError(f"we do not host stage {req.stage}")
+        if seat.fetching_state:
+            raise Joining(f"we are copying stage {req.stage}'s state ourselves: no live state here")
         trains = seat.trains_iteration()
         if seat.stepping:
             raise NotReady("we are applying an update")
@@ -126,13 +138,26 @@ class StateFetcher:
         donors = [p for p in pv.replicas(schedule, stage) if p != self.me]
         if not donors:
             return False
+        self.seat.fetching_state = True
+        try:
+            return await self._fetch(donors, schedule, stage, iteration, timeout_s)
+        finally:
+            self.seat.fetching_state = False
+
+    async def _fetch(self, donors: list[str], schedule: Schedule, stage: int, iteration: int,
+                     timeout_s: float | None) -> bool:
         started = time.monotonic()
         timeout_s = timeout_s or self.settings.iteration_timeout_s
         deadline = started + timeout_s
         got: dict[str, State] = {}
         while time.monotonic() < deadline:
             for donor in [d for d in donors if d not in got]:
-                state = await self._try_pull(donor, stage, iteration, schedule.start_iteration)
+                try:
+                    state = await self._try_pull(donor, stage, iteration, schedule.start_iteration)
+                except DonorJoining:
+                    logger.info("replica %s is copying stage %d's state too: not waiting for it", donor[:12], stage)
+                    donors.remove(donor)
+                    continue
                 if state is not None:
                     got[donor] = state
             chosen = agreed_state(got)
@@ -168,6 +193,8 @@ class StateFetcher:
         except (NotReady, TransportError) as exc:
             logger.debug("state from %s not available yet: %s", donor[:12], exc)
         except (RemoteError, BadTensor, ValueError) as exc:
+            if isinstance(exc, RemoteError) and exc.code == ErrorCode.NOT_FOUND:
+                raise DonorJoining() from None
             if not (isinstance(exc, RemoteError) and exc.code == ErrorCode.OVERLOADED):
                 logger.warning("state transfer from %s failed: %s", donor[:12], exc)
         return None

@@ -108,3 +108,59 @@ def test_an_update_of_the_previous_epoch_in_flight_is_waited_out():
     good = trained()
     ok, _, donors = fetch({"a": (*good, 2), "b": (*good, 2)}, timeout_s=1.0, start=3)
     assert not ok and donors.pending == -1 and len(donors.asked) > 2     # asked again and again
+
+
+class JoiningToo(Donors):
+    """Donors in `joining` are copying the stage's state themselves (StateDonor raises Joining)."""
+
+    def __init__(self, states, joining):
+        super().__init__(states)
+        self.joining = joining
+
+    async def call(self, donor, req, timeout):
+        from peer.transport.rpc import RemoteError
+        from protocol.errors import ErrorCode
+        if donor in self.joining:
+            self.asked.append(donor)
+            raise RemoteError(donor, m.ErrorReply(ErrorCode.NOT_FOUND, "copying stage 1's state ourselves"))
+        return await super().call(donor, req, timeout)
+
+
+def test_replicas_that_are_joining_too_are_not_waited_for():
+    """Both replicas of a stage came back from checkpoints and asked each other for the live
+    state: each waited for the other until the 120 s timeout (bench/faults.py, empty stage)."""
+    import time
+    good = trained()
+    t0 = time.monotonic()
+    donors = JoiningToo({"a": good, "b": good}, joining={"a", "b"})
+    seat = StageSeat(lambda stage: StageRunner.from_spec(SPEC, stage))
+    schedule = Schedule("t", 1, "skippipe", 2, 0.0, tuple(StageAssignment(p, 1) for p in ["me", "a", "b"])
+                        + (StageAssignment("o", 0),), (), ())
+
+    async def go(d):
+        if seat.runner is None:
+            await seat.take(1)
+        return await StateFetcher("me", "t", d, WorkerSettings(iteration_timeout_s=30.0), seat).fetch(schedule, 1, 3)
+    try:
+        assert asyncio.run(go(donors)) is False and not seat.fetching_state
+        assert time.monotonic() - t0 < 5.0 and sorted(donors.asked) == ["a", "b"]
+        # one live replica left: taken at once, not after half the timeout
+        t0 = time.monotonic()
+        assert asyncio.run(go(JoiningToo({"a": good, "b": good}, joining={"a"})))
+        assert time.monotonic() - t0 < 5.0
+        assert torch.equal(seat.runner.parameter_vector(), good[0][:seat.runner.num_parameters()])
+    finally:
+        seat.close()
+
+
+def test_a_donor_copying_the_state_itself_says_so():
+    import pytest
+    from peer.pipeline.state_sync import Joining, StateDonor
+    seat = StageSeat(lambda stage: StageRunner.from_spec(SPEC, stage))
+    try:
+        asyncio.run(seat.take(1))
+        seat.fetching_state = True
+        with pytest.raises(Joining):
+            asyncio.run(StateDonor(seat).reply(m.StateRequest("t", 1, 3, 0, 1024)))
+    finally:
+        seat.close()
