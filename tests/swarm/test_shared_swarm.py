@@ -7,6 +7,7 @@ processes with stages left to the coordinator, every forward spot-checked, /metr
   the run uses delayed updates (--gradient-exchange delayed), so the spot checks that compare the
   two replicas' forwards also show that those stay identical over real P2P when each step applies
   the average of the iteration before;
+- a live export of its weights (`skippipe-coordinator export --initial-peers`), generated from;
 - the status page in headless Chromium, and /metrics of the coordinator and a peer (CI installs Chromium);
 - last, as it attacks the swarm: a rogue process sends a steady stream of malformed and malicious
   requests at every peer and forges adverts; training keeps progressing with no lost microbatch,
@@ -14,7 +15,10 @@ processes with stages left to the coordinator, every forward spot-checked, /metr
   (default 20) sets the attack's length: raise it for a longer soak.
 """
 import asyncio
+import json
 import os
+import subprocess
+import sys
 import time
 import urllib.request
 
@@ -93,6 +97,22 @@ def test_an_honest_swarm_with_checks_on_reports_only_passes(swarm):
     assert len(replicated) == 2 and {r.suspect for r in reports} == replicated   # both replicas were checked
     for s in summaries:
         assert s.completed + s.rerouted + s.skipped_stage + s.reissued == PER_ITERATION and s.lost == 0, s
+
+
+def test_export_from_the_live_swarm_then_generate(swarm, tmp_path):
+    """`skippipe-coordinator export --initial-peers`: the running swarm's weights over real
+    hivemind P2P (every stage from one of its peers), a Hugging Face folder that generates."""
+    app = swarm.app
+    swarm.run(wait_for(lambda: len(app.summaries) >= 3, 150, "three iterations"), 200)
+    out = tmp_path / "hf"
+    proc = subprocess.run([sys.executable, "-m", "coordinator.cli", "export", "--initial-peers", app.maddrs[0],
+                           "--run", app.config.run, "-o", str(out)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert f"exported live run {app.config.run}, iteration" in proc.stdout
+    assert json.loads((out / "config.json").read_text())["skippipe_stage_layers"] == [2, 4, 6]
+    gen = subprocess.run([sys.executable, "-m", "coordinator.cli", "generate", "--checkpoint", str(out),
+                          "--prompt", "ROMEO:", "--max-new-tokens", "8"], capture_output=True, text=True, timeout=120)
+    assert gen.returncode == 0 and gen.stdout.strip(), gen.stderr
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="needs headless Chromium: apt-get install -y chromium (.ci/run does)")
