@@ -21,7 +21,7 @@ from peer.pipeline import backward_checks, spot_checks, wire
 from peer.pipeline.inbox import InboxFull
 from peer.pipeline.share_codec import decode_share
 from peer.pipeline.flights import Work
-from peer.pipeline.state_sync import Joining, NotReady, StateDonor
+from peer.pipeline.state_sync import Ahead, Joining, NotReady, StateDonor
 from peer.pipeline.worker import PipelineWorker
 from peer.routing import fallback
 
@@ -268,6 +268,8 @@ class WorkHandlers:
             raise Rejected(ErrorCode.OVERLOADED, str(exc)) from None
         except Joining as exc:
             raise Rejected(ErrorCode.NOT_FOUND, str(exc)) from None
+        except Ahead as exc:
+            raise Rejected(ErrorCode.ITERATION_OVER, str(exc)) from None
         except ValueError as exc:
             raise Rejected(ErrorCode.WRONG_STAGE, str(exc)) from None
 

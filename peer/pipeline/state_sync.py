@@ -44,7 +44,17 @@ class Joining(Exception):
     that both came back from checkpoints once waited out the 120 s timeout so)."""
 
 
+class Ahead(Exception):
+    """The donor trains a later iteration than the one asked for: the asker fell behind again
+    (two lagging replicas once picked catch-up targets two iterations apart, and the one behind
+    asked the other for 30 s for a state it had passed)."""
+
+
 class DonorJoining(Exception):
+    pass
+
+
+class DonorAhead(Exception):
     pass
 
 
@@ -69,7 +79,7 @@ class StateDonor:
         if trains < req.iteration:
             raise NotReady(f"our parameters are for iteration {trains}, not yet {req.iteration}")
         if trains > req.iteration:
-            raise ValueError(f"we are past iteration {req.iteration - 1} already")
+            raise Ahead(f"we are past iteration {req.iteration - 1} already (at {trains})")
         key = (req.iteration, seat.stepped_iteration, seat.pending_iteration)
         if self._snapshot is None or self._snapshot[0] != key:
             vector, steps, adam = await seat.compute(flat_state, seat.runner)
@@ -158,6 +168,10 @@ class StateFetcher:
                     logger.info("replica %s is copying stage %d's state too: not waiting for it", donor[:12], stage)
                     donors.remove(donor)
                     continue
+                except DonorAhead:
+                    logger.info("replica %s is past iteration %d already: not waiting for it", donor[:12], iteration)
+                    donors.remove(donor)
+                    continue
                 if state is not None:
                     got[donor] = state
             chosen = agreed_state(got)
@@ -195,6 +209,8 @@ class StateFetcher:
         except (RemoteError, BadTensor, ValueError) as exc:
             if isinstance(exc, RemoteError) and exc.code == ErrorCode.NOT_FOUND:
                 raise DonorJoining() from None
+            if isinstance(exc, RemoteError) and exc.code == ErrorCode.ITERATION_OVER:
+                raise DonorAhead() from None
             if not (isinstance(exc, RemoteError) and exc.code == ErrorCode.OVERLOADED):
                 logger.warning("state transfer from %s failed: %s", donor[:12], exc)
         return None

@@ -113,9 +113,9 @@ def test_an_update_of_the_previous_epoch_in_flight_is_waited_out():
 class JoiningToo(Donors):
     """Donors in `joining` are copying the stage's state themselves (StateDonor raises Joining)."""
 
-    def __init__(self, states, joining):
+    def __init__(self, states, joining, ahead=()):
         super().__init__(states)
-        self.joining = joining
+        self.joining, self.ahead = joining, ahead
 
     async def call(self, donor, req, timeout):
         from peer.transport.rpc import RemoteError
@@ -123,6 +123,9 @@ class JoiningToo(Donors):
         if donor in self.joining:
             self.asked.append(donor)
             raise RemoteError(donor, m.ErrorReply(ErrorCode.NOT_FOUND, "copying stage 1's state ourselves"))
+        if donor in self.ahead:
+            self.asked.append(donor)
+            raise RemoteError(donor, m.ErrorReply(ErrorCode.ITERATION_OVER, "we are past iteration 2 already"))
         return await super().call(donor, req, timeout)
 
 
@@ -149,18 +152,25 @@ def test_replicas_that_are_joining_too_are_not_waited_for():
         assert asyncio.run(go(JoiningToo({"a": good, "b": good}, joining={"a"})))
         assert time.monotonic() - t0 < 5.0
         assert torch.equal(seat.runner.parameter_vector(), good[0][:seat.runner.num_parameters()])
+        # a replica already past the iteration asked for (we fell behind again): not waited for
+        t0 = time.monotonic()
+        assert asyncio.run(go(JoiningToo({"a": good, "b": good}, joining=(), ahead={"a", "b"}))) is False
+        assert time.monotonic() - t0 < 5.0
     finally:
         seat.close()
 
 
 def test_a_donor_copying_the_state_itself_says_so():
     import pytest
-    from peer.pipeline.state_sync import Joining, StateDonor
+    from peer.pipeline.state_sync import Ahead, Joining, StateDonor
     seat = StageSeat(lambda stage: StageRunner.from_spec(SPEC, stage))
     try:
         asyncio.run(seat.take(1))
         seat.fetching_state = True
         with pytest.raises(Joining):
+            asyncio.run(StateDonor(seat).reply(m.StateRequest("t", 1, 3, 0, 1024)))
+        seat.fetching_state, seat.stepped_iteration = False, 5     # and one past the iteration asked for
+        with pytest.raises(Ahead):
             asyncio.run(StateDonor(seat).reply(m.StateRequest("t", 1, 3, 0, 1024)))
     finally:
         seat.close()
