@@ -50,12 +50,9 @@ class Ahead(Exception):
     asked the other for 30 s for a state it had passed)."""
 
 
-class DonorJoining(Exception):
-    pass
-
-
-class DonorAhead(Exception):
-    pass
+class NoLiveState(Exception):
+    """A replica that cannot give the state asked for, now or later (Joining or Ahead on its
+    side): not waited for."""
 
 
 class StateDonor:
@@ -164,12 +161,9 @@ class StateFetcher:
             for donor in [d for d in donors if d not in got]:
                 try:
                     state = await self._try_pull(donor, stage, iteration, schedule.start_iteration)
-                except DonorJoining:
-                    logger.info("replica %s is copying stage %d's state too: not waiting for it", donor[:12], stage)
-                    donors.remove(donor)
-                    continue
-                except DonorAhead:
-                    logger.info("replica %s is past iteration %d already: not waiting for it", donor[:12], iteration)
+                except NoLiveState as why:
+                    logger.info("replica %s has no state of stage %d for iteration %d to give (%s): not "
+                                "waiting for it", donor[:12], stage, iteration, why)
                     donors.remove(donor)
                     continue
                 if state is not None:
@@ -207,10 +201,8 @@ class StateFetcher:
         except (NotReady, TransportError) as exc:
             logger.debug("state from %s not available yet: %s", donor[:12], exc)
         except (RemoteError, BadTensor, ValueError) as exc:
-            if isinstance(exc, RemoteError) and exc.code == ErrorCode.NOT_FOUND:
-                raise DonorJoining() from None
-            if isinstance(exc, RemoteError) and exc.code == ErrorCode.ITERATION_OVER:
-                raise DonorAhead() from None
+            if isinstance(exc, RemoteError) and exc.code in (ErrorCode.NOT_FOUND, ErrorCode.ITERATION_OVER):
+                raise NoLiveState(exc.reply.message) from None
             if not (isinstance(exc, RemoteError) and exc.code == ErrorCode.OVERLOADED):
                 logger.warning("state transfer from %s failed: %s", donor[:12], exc)
         return None
