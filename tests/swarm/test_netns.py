@@ -45,8 +45,11 @@ def test_a_partitioned_middle_peer_is_routed_around_and_rejoins(make_hosts, tmp_
     wait_log(cut_log, "CUT OFF from the swarm", 60)          # the peer itself notices
     during = wait_iterations(log, len(iterations(log)) + 3, 120)[before:]
     events = status(hosts, 0, STATUS_PORT)["faults"]
-    gone = {e["peer"] for e in events if e["kind"] == "departed"}
-    assert gone == {cut}, events                 # the partition took one peer away, not the swarm
+    # the partition took one peer away, not the swarm: a healthy peer's advert may lapse for a
+    # moment while DHT stores that touch the cut-off node stall (docs/fault-tolerance.md; seen
+    # once in CI), but it must be back by the end
+    departed = {e["peer"]: e["at"] for e in events if e["kind"] == "departed"}
+    assert cut in departed and len(departed) <= 2, events
     hosts.link_up(2)
     wait_log(cut_log, "back in touch with the swarm", 60)
     wait_log(cut_log, "joined stage 1 with the state of replica", 120)   # rejoined like a late joiner
@@ -55,7 +58,8 @@ def test_a_partitioned_middle_peer_is_routed_around_and_rejoins(make_hosts, tmp_
     s = status(hosts, 0, STATUS_PORT)
     ids = [p["peer_id"] for p in s["peers"]]
     assert len(ids) == len(set(ids)) == 4 and cut in ids, ids   # one identity for the healed peer
-    assert any(e["kind"] == "joined" and e["peer"] == cut for e in s["faults"]), s["faults"]
+    for peer, at in departed.items():
+        assert any(e["kind"] == "joined" and e["peer"] == peer and e["at"] > at for e in s["faults"]), s["faults"]
     for r in rows:   # every microbatch accounted for exactly once (1 stage-0 peer x --microbatches 2)
         assert r["completed"] + r["rerouted"] + r["skipped_stage"] + r["reissued"] + r["lost"] == 2, r
         assert r["lost"] == 0, r
