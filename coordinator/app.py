@@ -252,13 +252,13 @@ class CoordinatorApp:
                                               published.planned_microbatches, published.planned_ids,
                                               published.known_from()):
             self.summaries.append(summary)
-            self.resync += published.judge(summary.iteration, pending.get(summary.iteration, {}))
+            reports = self.last_reports = pending.get(summary.iteration, {})
+            self.resync += published.judge(summary.iteration, reports)
             if summary.lost_microbatches:
-                positions = self.ledger.lost(published.ran_under(summary.iteration, pending.get(summary.iteration, {})),
+                positions = self.ledger.lost(published.ran_under(summary.iteration, reports),
                                              summary.iteration, summary.lost_microbatches)
                 logger.info("iteration %d lost microbatch(es) %s: their %d samples are trained again later",
                             summary.iteration, list(summary.lost_microbatches), len(positions))
-            self.last_reports = pending.get(summary.iteration, {})
             if self.on_iteration is not None:
                 result = self.on_iteration(summary)
                 if asyncio.iscoroutine(result):

@@ -42,9 +42,10 @@ class ScheduleBook:
                 raise StaleSchedule(f"epoch {schedule.epoch} is older than our epoch {latest.epoch}")
         if schedule.start_iteration <= self._began_as_origin:
             self._missed.add(schedule.epoch)
+            running = self._running_epoch()
             logger.warning("schedule epoch %d starts at iteration %d, which this peer began under epoch %d: "
                            "read too late, keeping epoch %d until the coordinator publishes another",
-                           schedule.epoch, schedule.start_iteration, self._running_epoch(), self._running_epoch())
+                           schedule.epoch, schedule.start_iteration, running, running)
         self._schedules.append(schedule)
         del self._schedules[:-KEEP_SCHEDULES]
         self._changed.set()

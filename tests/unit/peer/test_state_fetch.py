@@ -111,21 +111,20 @@ def test_an_update_of_the_previous_epoch_in_flight_is_waited_out():
 
 
 class JoiningToo(Donors):
-    """Donors in `joining` are copying the stage's state themselves (StateDonor raises Joining)."""
+    """Donors in `joining` are copying the stage's state themselves (StateDonor raises Joining),
+    those in `ahead` are past the iteration asked for (Ahead)."""
 
     def __init__(self, states, joining, ahead=()):
+        from protocol.errors import ErrorCode
         super().__init__(states)
-        self.joining, self.ahead = joining, ahead
+        self.refusals = {**{d: (ErrorCode.NOT_FOUND, "copying stage 1's state ourselves") for d in joining},
+                         **{d: (ErrorCode.ITERATION_OVER, "we are past iteration 2 already") for d in ahead}}
 
     async def call(self, donor, req, timeout):
         from peer.transport.rpc import RemoteError
-        from protocol.errors import ErrorCode
-        if donor in self.joining:
+        if donor in self.refusals:
             self.asked.append(donor)
-            raise RemoteError(donor, m.ErrorReply(ErrorCode.NOT_FOUND, "copying stage 1's state ourselves"))
-        if donor in self.ahead:
-            self.asked.append(donor)
-            raise RemoteError(donor, m.ErrorReply(ErrorCode.ITERATION_OVER, "we are past iteration 2 already"))
+            raise RemoteError(donor, m.ErrorReply(*self.refusals[donor]))
         return await super().call(donor, req, timeout)
 
 
