@@ -8,8 +8,8 @@ replica that recomputed its forward, and compared where the checked peer's input
 
 W sampled the hop (its secret rule: P cannot tell checked microbatches from others) and knows
 which P' it asked; P' keeps the input x it was given; Z learns of the check from P''s forward
-reference and, when it sends P the output gradient g, sends P' the same values (what P decodes,
-when the wire quantises them). P' runs the stage's forward and backward from x and g with that
+reference and, when it sends P the output gradient g (or when the reference comes, if that is
+later), sends P' the same values (what P decodes, when the wire quantises them). P' runs the stage's forward and backward from x and g with that
 iteration's parameters (nothing stashed, no parameter gradient kept) and sends the input gradient
 to W, which compares it with the gx P sent (spot_check_rules.compare_outputs, with the
 quantisation allowance when gx came quantised) and reports kind "backward" about P. A report
@@ -40,6 +40,7 @@ from peer.pipeline.check_halves import Half, Key, Pending, key_of
 logger = logging.getLogger(__name__)
 MAX_INPUTS = 8             # P': inputs kept for a gradient that may follow (each one activation)
 MAX_KEYS = 64              # W's and Z's notes of which hops are checked
+MAX_SENT = 8               # Z: gradients sent before the forward's reference came, kept for it
 BOUND_FACTOR = 20.0        # a returned gradient more than this x the typical one is left out
 BOUND_WINDOW = 16          # the typical one: the median norm of the last this many we received (few:
 #                            honest norms fall 10x in the first iterations)
@@ -117,18 +118,21 @@ class BackwardChecks:
         self.outputs, self.references = Pending(clock=spot.clock), Pending(clock=spot.clock)   # W's halves
         self.watching: collections.OrderedDict[Key, tuple[str, str, int]] = collections.OrderedDict()
         self.wanted: collections.OrderedDict[Key, str] = collections.OrderedDict()   # Z: key -> P'
+        # Z: the reference of a checked forward may come after we sent the hop its gradient (P'
+        # recomputes behind its own work; P answered first): keep the last few gradients for it
+        self.sent: collections.OrderedDict[Key, SpotCheckGradient] = collections.OrderedDict()
 
     def drop_before(self, iteration: int) -> None:
         for pending in (self.inputs, self.outputs, self.references):
             pending.drop_before(iteration)
-        for notes in (self.watching, self.wanted):
+        for notes in (self.watching, self.wanted, self.sent):
             for key in [k for k in notes if k[0] < iteration]:
                 del notes[key]
 
     @staticmethod
-    def _note(notes: collections.OrderedDict, key: Key, value) -> None:
+    def _note(notes: collections.OrderedDict, key: Key, value, cap: int = MAX_KEYS) -> None:
         notes[key] = value
-        while len(notes) > MAX_KEYS:
+        while len(notes) > cap:
             notes.popitem(last=False)
 
     # ---- W: the checked hop's backward comes back to us ----
@@ -208,19 +212,30 @@ class BackwardChecks:
 
     # ---- Z: pass the gradient of a checked hop to the replica that checked its forward ----
 
-    def took_reference(self, header: WorkHeader, checker: str) -> None:
-        """Z: `checker` sent a (validated) reference for the forward of hop header.hop_index - 1."""
-        self._note(self.wanted, key_of(header, header.hop_index - 1), checker)
+    def took_reference(self, header: WorkHeader, suspect: str, checker: str) -> None:
+        """Z: `checker` sent a (validated) reference for `suspect`'s forward at hop header.hop_index - 1."""
+        key = key_of(header, header.hop_index - 1)
+        sent = self.sent.pop(key, None)
+        if sent is not None and sent.suspect == suspect:
+            self._send(checker, sent)              # its gradient went out already: it follows now
+        else:
+            self._note(self.wanted, key, checker)
 
     def gradient_sent(self, request: BackwardRequest, suspect: str, payload: TensorPayload) -> None:
         """Z sends `suspect` this backward; `payload`: the floats it decodes."""
-        checker = self.wanted.pop(key_of(request.header), None)
-        if checker is None:
-            return
+        key = key_of(request.header)
+        message = SpotCheckGradient(request.header, suspect, payload)
+        checker = self.wanted.pop(key, None)
+        if checker is not None:
+            self._send(checker, message)
+        elif self.spot.listening():                # a reference may still come
+            self._note(self.sent, key, message, MAX_SENT)
+
+    def _send(self, checker: str, message: SpotCheckGradient) -> None:
         version = getattr(self.spot.rpc, "versions", {}).get(checker)
         if version is not None and not speaks_backward_checks(version):
             return                  # an older replica: it would not know the message
-        self.spot.spawn(self._send_gradient(checker, SpotCheckGradient(request.header, suspect, payload)))
+        self.spot.spawn(self._send_gradient(checker, message))
 
     async def _send_gradient(self, checker: str, message: SpotCheckGradient) -> None:
         try:

@@ -231,7 +231,7 @@ class SpotChecks:
         """Z: `sender` handed us this forward; keep it a while if a reference may follow
         (`dtype` int8/int4: it came quantised, `block` elements to a scale)."""
         hop = header.hop_index
-        if hop < 2 or not self._listening():
+        if hop < 2 or not self.listening():
             return
         stage = route.hops[hop - 1].stage
         if len(pv.replicas(schedule, stage)) < 2:
@@ -251,14 +251,14 @@ class SpotChecks:
         stage = route.hops[header.hop_index - 1].stage
         half = Half(checker, tensor, dtype, self.clock(), suspect=suspect, stage=stage)
         key = key_of(header)
-        self.backward.took_reference(header, checker)
+        self.backward.took_reference(header, suspect, checker)
         output = self.outputs.pop(key)
         if output is None:
             self.references.put(key, half)
         elif output.peer == suspect:
             self._compare(header, output, half)
 
-    def _listening(self) -> bool:
+    def listening(self) -> bool:
         return self.sampler.rate > 0 or self.clock() - self._reference_at < LISTEN_S
 
     def _compare(self, header: WorkHeader, output: Half, reference: Half) -> None:

@@ -103,6 +103,24 @@ def test_next_hop_passes_on_only_checked_hops_gradients():
     assert (message.suspect, message.tensor, message.header) == ("p", "G", header(hop=1))
 
 
+def test_a_reference_after_the_gradient_still_gets_it_passed_on():
+    """The checked peer answered before the second replica's reference came (it recomputes behind
+    its own work): the gradient already sent goes to the checker when the reference comes; one
+    about another suspect, or with checks off and no reference seen, gets nothing."""
+    async def scenario(rate):
+        w, spot, _, _ = comparer(rate=rate)
+        g = torch.randn(2, 8, 64)
+        spot.maybe_check(SCHEDULE, ROUTE, m.BackwardRequest(header(hop=1), None), "p", "G")
+        spot.maybe_check(SCHEDULE, ROUTE, m.BackwardRequest(header(hop=1, mb=1), None), "p", "H")
+        spot.add_reference(ROUTE, header(hop=2, mb=1), "x", "q", g, "float32")        # not about p
+        spot.add_reference(ROUTE, header(hop=2), "p", "q", g, "float32")
+        await w.settle()
+        return w.rpc.calls
+    (checker, message), = asyncio.run(scenario(1.0))
+    assert checker == "q" and (message.suspect, message.tensor, message.header) == ("p", "G", header(hop=1))
+    assert asyncio.run(scenario(0.0)) == []
+
+
 def test_second_replica_recomputes_the_backward_and_sends_it_to_the_previous_hop():
     runner = StageRunner.from_spec(SPEC, 1)
     x, g = torch.randn(2, 8, 64), torch.randn(2, 8, 64)
