@@ -8,6 +8,7 @@ whether its parameters already received this microbatch's gradient (a replay thr
 that already counted it only passes gradients on: counted once). Origins also track how each
 of their microbatches ends, for exactly-once accounting.
 """
+import collections
 import time
 from dataclasses import dataclass, field
 
@@ -39,6 +40,10 @@ class Flight:
     # peers that would not take it this iteration: not tried again (two replicas that both said
     # ITERATION_OVER once bounced it between them until the iteration timed out)
     refused: set[str] = field(default_factory=set)
+    # how often each peer failed it while it looked dead: recovery's last resort tries one again
+    # (a dropped relay connection is not a death) but not twice (two killed replicas of a stage
+    # once bounced a microbatch between them 300 times in 0.3 s)
+    failed: collections.Counter[str] = field(default_factory=collections.Counter)
 
 
 @dataclass

@@ -53,9 +53,9 @@ class Recovery:
     # ---- watching the peers that owe us work ----
 
     async def deliver(self, i: int, schedule: Schedule, route: Route, task: pv.TaskKey,
-                      tensor: torch.Tensor, attempt: int) -> None:
+                      tensor: torch.Tensor, attempt: int, try_suspect: bool = False) -> None:
         """Send a task's result on; a forward its next hop does not take is repaired here."""
-        failed = await self.sender.send_output(i, schedule, route, task, tensor, attempt)
+        failed = await self.sender.send_output(i, schedule, route, task, tensor, attempt, try_suspect)
         if failed is not None:
             await self.next_hop_failed(i, route.microbatch_id, failed.peer)
 
@@ -112,6 +112,11 @@ class Recovery:
     def _untried(flight, usable):
         return lambda peer: peer not in flight.refused and usable(peer)
 
+    def _last_resort(self, flight):
+        """Peers to try when none looks healthy: announced, not failing for long, and not
+        failed by this flight twice while they looked dead."""
+        return lambda peer: flight.failed[peer] < 2 and self._untried(flight, self._not_departed)(peer)
+
     def _budget(self, schedule: Schedule, mb: int) -> fallback.Budget:
         return fallback.budget_for(schedule.route(mb), schedule.num_stages, schedule.skip_ratio,
                                    self.settings.extra_skips)
@@ -128,11 +133,14 @@ class Recovery:
             return
         if not health.suspect(dead):   # it answered and would not take it; a dropped connection
             flight.refused.add(dead)   # (a relay that died mid-stream) may well take it on a new one
+        else:
+            flight.failed[dead] += 1
         decision = fallback.recover_hop(flight.route, hop, lambda s: pv.replicas(schedule, s),
                                         self._untried(flight, health.usable), self._budget(schedule, mb))
-        if decision.action == fallback.Action.REISSUE:  # rather a slow-looking replica than none
+        last_resort = decision.action == fallback.Action.REISSUE
+        if last_resort:                # rather a slow-looking replica than none
             decision = fallback.recover_hop(flight.route, hop, lambda s: pv.replicas(schedule, s),
-                                            self._untried(flight, self._not_departed), self._budget(schedule, mb))
+                                            self._last_resort(flight), self._budget(schedule, mb))
         if decision.action == fallback.Action.REISSUE:
             if self.seat.runner.is_origin:
                 await self.reissue(i, mb, decision.detail)
@@ -142,9 +150,10 @@ class Recovery:
                 await self._ask_origin(i, schedule, flight.route, flight.upstream_attempt, dead, decision.detail)
             return
         self._note(f"iteration {i} microbatch {mb}: {decision.action.value}: {decision.detail}")
-        await self._resend(i, schedule, st, mb, decision.route)
+        await self._resend(i, schedule, st, mb, decision.route, try_suspect=last_resort)
 
-    async def _resend(self, i: int, schedule: Schedule, st: IterationState, mb: int, route) -> None:
+    async def _resend(self, i: int, schedule: Schedule, st: IterationState, mb: int, route,
+                      try_suspect: bool = False) -> None:
         flight = st.flights[mb]
         out = await self.seat.compute(self.seat.runner.stashed_output, (i, mb))
         flight.attempt = next_attempt(max(flight.attempt, st.seen.get((mb, pv.Kind.FORWARD), 0)), flight.hop_index)
@@ -152,7 +161,8 @@ class Recovery:
         hop = flight.hop_index
         flight.successor = pv.next_hop(route, hop)
         kind = pv.Kind.ORIGIN_FORWARD if hop == 0 else pv.Kind.FORWARD
-        self.tasks.spawn(self.deliver(i, schedule, route, pv.TaskKey(mb, kind, hop), out, flight.attempt))
+        self.tasks.spawn(self.deliver(i, schedule, route, pv.TaskKey(mb, kind, hop), out, flight.attempt,
+                                      try_suspect))
 
     async def reissue(self, i: int, mb: int, why: str) -> None:
         """Origin only: send microbatch `mb` again from stage 0 on a fresh route."""
@@ -160,18 +170,21 @@ class Recovery:
         entry = None if st is None else st.own.get(mb)
         if entry is None or entry.outcome is not None or mb not in st.flights:
             return
-        route, flight = None, st.flights[mb]
-        for usable in (self.health.usable, self._not_departed):  # healthy peers first
-            route = route or fallback.fresh_route(entry.planned, schedule.num_stages,
-                                                  lambda s: pv.replicas(schedule, s), self._untried(flight, usable),
-                                                  self._budget(schedule, mb))
+        flight = st.flights[mb]
+
+        def route_among(usable):
+            return fallback.fresh_route(entry.planned, schedule.num_stages, lambda s: pv.replicas(schedule, s),
+                                        usable, self._budget(schedule, mb))
+        route, last_resort = route_among(self._untried(flight, self.health.usable)), False
+        if route is None:              # rather slow-looking peers than none
+            route, last_resort = route_among(self._last_resort(flight)), True
         if route is None:
             self.lose(i, st, mb, f"{why}; no fresh route either")
             return
         entry.reissued = True
         self._note(f"iteration {i} microbatch {mb}: reissued from stage 0 ({why}) via "
                    f"{[h.stage for h in route.hops]}")
-        await self._resend(i, schedule, st, mb, route)
+        await self._resend(i, schedule, st, mb, route, try_suspect=last_resort)
 
     def lose(self, i: int, st: IterationState, mb: int, why: str) -> None:
         entry = st.own[mb]

@@ -46,9 +46,10 @@ class Sender:
         self.wire = WireCompression(settings.wire_compression, rpc.versions, me)
 
     async def send_output(self, i: int, schedule: Schedule, route: Route, task: pv.TaskKey,
-                          tensor: torch.Tensor, attempt: int) -> Undeliverable | None:
+                          tensor: torch.Tensor, attempt: int, try_suspect: bool = False) -> Undeliverable | None:
         """Send a task's result to the next hop of `route`; Undeliverable when it is a forward
-        that peer did not take (the head and backwards have nowhere else to go)."""
+        that peer did not take (the head and backwards have nowhere else to go). `try_suspect`:
+        call the next hop once even if it looks dead (recovery's last resort)."""
         dest = pv.destination(route, task)
         if dest is None:
             return None
@@ -63,7 +64,7 @@ class Sender:
         # a forward to a middle hop can go elsewhere; the head (at the origin) and backwards
         # cannot, so those keep trying a suspect peer until the send deadline
         recoverable = dest.phase == Phase.FORWARD and dest.hop_index < len(route.hops)
-        if recoverable and self.health.suspect(dest.peer):
+        if recoverable and self.health.suspect(dest.peer) and not try_suspect:
             ok = False  # known dead: do not wait for it to fail again
         else:
             if dest.phase == Phase.BACKWARD:

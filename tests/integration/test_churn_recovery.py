@@ -92,3 +92,23 @@ def test_unrecoverable_microbatches_are_reported_lost_and_the_iteration_ends():
     assert outcome.counts["lost"] == 2 and outcome.completed == 0
     assert outcome.samples == 0 and outcome.loss_sum == 0.0   # nothing lost is counted
     assert not outcome.timed_out                              # detected, not waited out
+
+
+def test_both_replicas_of_a_stage_killed_are_tried_at_most_twice_per_microbatch(caplog):
+    """Stage 2's two replicas die together: a microbatch that cannot skip it is re-issued around
+    it, one that can skips it, and neither bounces between the two dead replicas (each failed
+    send made the other one the last resort again: 300 reroutes in 0.3 s, bench/faults.py).
+    A suspect replica is tried once more as a last resort (a dropped relay connection is not a
+    death: test_recovery_refusals.py), so a microbatch sees at most three reroutes."""
+    stage_of = {"o": 0, "a1": 1, "a2": 2, "b2": 2}
+    spec = m.RunSpec(**{**SPEC.__dict__, "skip_ratio": 1 / 3})
+    paths = {0: ["o", "a2"], 1: ["o", "a1", "b2"]}
+    with caplog.at_level("WARNING", logger="peer.pipeline.recovery"):
+        workers, _ = run(make_schedule("t", stage_of, paths, skip_ratio=1 / 3), spec,
+                         kill={"a2": (0, "FORWARD"), "b2": (0, "FORWARD")})
+    got = workers["o"].ledger.history[0].counts
+    assert got["lost"] == 0 and sum(got.values()) == 2, got
+    reroutes = [r.getMessage() for r in caplog.records if ": rerouted: " in r.getMessage()]
+    for mb in (0, 1):
+        mine = [text for text in reroutes if f"microbatch {mb}:" in text]
+        assert len(mine) <= 3, mine
