@@ -333,7 +333,7 @@ class CoordinatorApp:
         since = time.time() - self.summaries[-1].finished_at if self.summaries else 0.0
         return switch_from_progress(latest, [s.duration_s for s in self.summaries[-5:]], since,
                                     self.config.switch_margin_s * self.published.uptake.margin_factor(),
-                                    self.progress.freshest(), time.time())
+                                    self.progress.freshest(), time.time(), self.progress.running_s())
 
     def _adopt(self, schedule: Schedule) -> None:
         self.schedule = schedule

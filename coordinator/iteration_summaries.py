@@ -59,11 +59,16 @@ class ProgressTracker:
     reports: dict[int, dict[str, IterationReport]] = field(default_factory=dict)
     missed: int = 0                # iterations whose reports left every origin's window unread
     written: dict[str, tuple[int, float]] = field(default_factory=dict)   # peer -> (newest iteration, written_at)
+    # peer -> how long after finishing its newest iteration it wrote the record: a lower bound on
+    # how long the next one has run (records are re-stored every few seconds while it runs)
+    running: dict[str, float] = field(default_factory=dict)
 
     def add(self, records: dict[str, ProgressRecord]) -> None:
         for peer, record in records.items():
             if record.reports and record.written_at > 0:
-                self.written[peer] = (max(r.iteration for r in record.reports), record.written_at)
+                newest = max(record.reports, key=lambda r: r.iteration)
+                self.written[peer] = (newest.iteration, record.written_at)
+                self.running[peer] = max(0.0, record.written_at - newest.finished_at)
         oldest = [min(r.iteration for r in rec.reports) for rec in records.values() if rec.reports]
         if self.started and oldest and min(oldest) > self.next_iteration and self.next_iteration not in self.reports:
             # every origin's window has moved past the iterations we wait for (we read too
@@ -114,6 +119,12 @@ class ProgressTracker:
         """(newest iteration, written_at) of the most recently stored progress record, if any
         peer dates its records (protocol 1.7)."""
         return max(self.written.values(), key=lambda w: w[1], default=None)
+
+    def running_s(self) -> float:
+        """How long the swarm's current iteration has run at least, by the freshest record (0: unknown)."""
+        if not self.written:
+            return 0.0
+        return self.running.get(max(self.written, key=lambda peer: self.written[peer][1]), 0.0)
 
     def newest_epoch(self) -> int | None:
         """The newest epoch any unsummarised report ran under."""

@@ -60,6 +60,10 @@ def test_the_freshest_dated_record_says_where_the_swarm_stood_and_when():
     assert t.freshest() == (5, 50.0)
     t.add({"b": ProgressRecord("b", recs["b"].reports[:-1], written_at=60.0)})  # b re-stored, still at 4
     assert t.freshest() == (4, 60.0)
+    # b finished 4 at 4.5 and, re-storing at 60, still had not finished 5: 5 has run 55.5 s so far
+    assert t.running_s() == 55.5
+    t.add({"a": ProgressRecord("a", recs["a"].reports, written_at=70.0)})
+    assert t.running_s() == 70.0 - 5.5
 
 
 def test_an_iteration_is_accounted_under_the_epoch_its_origins_ran_it_under():

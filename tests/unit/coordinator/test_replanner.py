@@ -170,3 +170,17 @@ def test_a_stalled_swarm_with_fresh_progress_records_gets_an_epoch_near_where_it
     assert switch_from_progress(66, [], 0.0, 0.0, (10, 1000.0), now=1000.0) == 66 + 2
     # a peer's clock ahead of ours counts as a record written now, not in the future
     assert switch_from_progress(66, fast, 30.0, 4.0, (66, 1005.0), now=1000.0) == 67 + 2 + 14
+    # the origin re-stored its record 29 s after it finished 66: iteration 67 has run 29 s so far,
+    # so the swarm goes at least that slowly now, and the epoch starts 3 iterations on, not 17
+    assert switch_from_progress(66, fast, 30.0, 4.0, (66, 999.0), now=1000.0, running_s=29.0) == 67 + 2 + 1
+
+
+def test_a_crawling_swarm_gets_an_epoch_counted_at_its_pace_now():
+    from coordinator.replanner import switch_iteration
+    # a stopped peer still planned: 0.4 s iterations, then 6 s and 2 s ones; counted at the
+    # fastest pace (0.4 s) the epoch started 10 iterations on, reached only after the peer was back
+    assert switch_iteration(10, [0.4, 0.4, 0.4, 6.0, 2.0], 0.0, 4.0) == 10 + 2 + 1      # at (6 + 2) / 2 s
+    assert switch_iteration(10, [0.4, 0.4, 0.4, 0.4, 0.4], 0.0, 4.0) == 10 + 2 + 10     # a steady swarm: as before
+    assert switch_iteration(10, [0.4, 0.4, 0.4, 0.4, 1.2], 0.0, 4.0) == 10 + 2 + 5      # one slow iteration: 0.8 s
+    assert switch_iteration(10, [0.4, 0.4, 0.4], 0.0, 4.0, running_s=5.0) == 10 + 2 + 1  # a stall in progress
+    assert switch_iteration(0, [3.4], 0.0, 4.0, running_s=5.0) == 0 + 2 + 16             # unmeasured: fast, as before
