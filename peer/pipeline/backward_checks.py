@@ -9,10 +9,11 @@ replica that recomputed its forward, and compared where the checked peer's input
 W sampled the hop (its secret rule: P cannot tell checked microbatches from others) and knows
 which P' it asked; P' keeps the input x it was given; Z learns of the check from P''s forward
 reference and, when it sends P the output gradient g (or when the reference comes, if that is
-later), sends P' the same values (what P decodes, when the wire quantises them). P' runs the stage's forward and backward from x and g with that
-iteration's parameters (nothing stashed, no parameter gradient kept) and sends the input gradient
-to W, which compares it with the gx P sent (spot_check_rules.compare_outputs, with the
-quantisation allowance when gx came quantised) and reports kind "backward" about P. A report
+later), sends P' the same values (what P decodes, when the wire quantises them). P' runs the
+stage's forward and backward from x and g with that iteration's parameters (nothing stashed, no
+parameter gradient kept) and sends the input gradient to W, which compares it with the gx P
+sent (spot_check_rules.compare_outputs, with the quantisation allowance when gx came
+quantised) and reports kind "backward" about P. A report
 counts at the coordinator only from W: the receiver of the checked hop's backward
 (swarmcore/schedule_history.backward_check_receivers).
 
