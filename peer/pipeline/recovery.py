@@ -57,7 +57,7 @@ class Recovery:
         """Send a task's result on; a forward its next hop does not take is repaired here."""
         failed = await self.sender.send_output(i, schedule, route, task, tensor, attempt, try_suspect)
         if failed is not None:
-            await self.next_hop_failed(i, route.microbatch_id, failed.peer)
+            await self.next_hop_failed(i, route.microbatch_id, failed.peer, attempt)
 
     def watched(self) -> set[str]:
         schedule, runner = self.ledger.current, self.seat.runner
@@ -121,12 +121,18 @@ class Recovery:
         return fallback.budget_for(schedule.route(mb), schedule.num_stages, schedule.skip_ratio,
                                    self.settings.extra_skips)
 
-    async def next_hop_failed(self, i: int, mb: int, dead: str) -> None:
-        """The successor of our flight `mb` cannot take it: repair the rest of the route."""
+    async def next_hop_failed(self, i: int, mb: int, dead: str, attempt: int | None = None) -> None:
+        """The successor of our flight `mb` cannot take it (the send of `attempt`, if given):
+        repair the rest of the route."""
         st, schedule, health = self.ledger.get(i), self.ledger.current, self.health
         flight = None if st is None else st.flights.get(mb)
         if flight is None or flight.successor != dead or schedule is None:
             return  # already recovered, or finished meanwhile
+        if attempt is not None and attempt != flight.attempt:
+            # an older attempt's send, still retrying through a dying relay, reached the peer
+            # after the flight was sent again and was refused as stale: the newer one stands
+            # (taking it for the newer one's failure lost both microbatches of an iteration, test_nat)
+            return
         hop = flight.hop_index + 1
         if hop >= len(flight.route.hops):
             self._note(f"iteration {i} microbatch {mb}: its origin {dead[:12]} is unreachable")

@@ -64,3 +64,18 @@ def test_a_peer_whose_connection_dropped_is_tried_again_when_no_other_replica_is
     asyncio.run(rec.next_hop_failed(5, 0, "b"))                         # "b" refused
     assert [h.peer for h in sent[-1].hops] == ["o", "a", "c"]          # back to "a", not lost
     assert st.own[0].outcome is None
+
+
+def test_an_older_attempt_refused_as_stale_does_not_fail_the_newer_one():
+    """Sent again (attempt 64) while the first send (attempt 0) still retried through a dying
+    relay: the first then reached the peer, which refused it as stale. That is no failure of
+    attempt 64, which the peer holds; taking it for one lost both microbatches of an iteration
+    (tests/swarm/test_nat.py)."""
+    rec, st, sent = recovery(suspect={"a"})
+    asyncio.run(rec.next_hop_failed(5, 0, "a"))                         # sent again, to "b"
+    flight = st.flights[0]
+    assert flight.successor == "b" and flight.attempt > 0 and len(sent) == 1
+    asyncio.run(rec.next_hop_failed(5, 0, "b", attempt=0))              # the old send's refusal
+    assert len(sent) == 1 and "b" not in flight.refused and st.own[0].outcome is None
+    asyncio.run(rec.next_hop_failed(5, 0, "b", attempt=flight.attempt))  # the new one's: recovered
+    assert len(sent) == 2 and "b" in flight.refused
