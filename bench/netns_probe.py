@@ -1,7 +1,8 @@
 """What bench/multihost.py asks from inside a host's namespace; prints one JSON line.
 
   python bench/netns_probe.py links RUN MADDR...        {reporter: {peer: bandwidth bytes/s}}
-  python bench/netns_probe.py schedule RUN MADDR...     {"epoch": n, "hops": {peer: hops on routes}}
+  python bench/netns_probe.py schedule RUN MADDR...     {"epoch": n, "hops": {peer: hops on routes},
+                                                         "stages": {peer: stage}}
   python bench/netns_probe.py transfer RUN PEER SIZES MADDR...
       {size: seconds}: the fastest of 3 one-way deliveries of `size` bytes to PEER, dialed by the
       address it advertises (SIZES is comma-separated)
@@ -75,7 +76,8 @@ def main(argv: list[str]) -> int:
             for route in schedule.routes if schedule else ():
                 for hop in route.hops:
                     hops[hop.peer] = hops.get(hop.peer, 0) + 1
-            out = {"epoch": schedule.epoch if schedule else None, "hops": hops}
+            out = {"epoch": schedule.epoch if schedule else None, "hops": hops,
+                   "stages": schedule.stage_of() if schedule else {}}
         elif what == "transfer":
             out = asyncio.run(_transfer(records, peer, sizes))
         else:
