@@ -19,14 +19,5 @@ def pytest_xdist_make_scheduler(config, log):
 
     class SwarmTestsInOneGroup(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            if nodeid.startswith(LIGHT_P2P_MODULES):
-                return "tests/swarm (light)"
             return "tests/swarm" if nodeid.startswith("tests/swarm/") else nodeid
     return SwarmTestsInOneGroup(config, log)
-
-
-# Real P2P but no swarm (DHT nodes or one RPC server in the test's own process, no peer
-# subprocesses): a group of their own, which may run beside the swarm group. The swarm group
-# sets the suite's time (it runs one test after another), so ~30 s of these off it count.
-LIGHT_P2P_MODULES = ("tests/swarm/test_dht_security.py", "tests/swarm/test_invitations.py",
-                     "tests/swarm/test_fuzz_rpc.py")
