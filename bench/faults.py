@@ -46,7 +46,9 @@ FAULTS = ("pause", "rejoin", "empty", "restart", "liar")
 STAGES = [0, 1, 2, 0, 1, 2]          # peer i hosts stage i mod 3: origins 0 and 3
 WITHIN = 1.2                         # "back to normal": within 20% of the pre-fault time
 FRESH_MARK = "starts from FRESH weights"          # peer/pipeline/seat.py's error lines
-CHECKPOINT_MARK = "from its checkpoint of iteration"
+# a stage that went on from a checkpoint: at a late start (seat.py), or after falling behind
+# with no replica to copy (rejoin.py; its peer resumed from the checkpoint at start-up)
+CHECKPOINT_MARK = ("from its checkpoint of iteration", "gave its state after we fell behind")
 JOINED = re.compile(r"joined run .* as (\w+)")
 
 
@@ -133,8 +135,10 @@ class Storm:
         target = self.newest() + count
         await wait_for(lambda: self.newest() >= target, timeout, f"{count} more iterations")
 
-    def log_count(self, mark: str) -> int:
-        return sum(log.read_text(errors="replace").count(mark) for log in self.tmp.glob("peer*.log"))
+    def log_count(self, marks: str | tuple[str, ...]) -> int:
+        marks = (marks,) if isinstance(marks, str) else marks
+        return sum(log.read_text(errors="replace").count(mark) for log in self.tmp.glob("peer*.log")
+                   for mark in marks)
 
 
 async def inject(storm: Storm, fault: str, args) -> None:

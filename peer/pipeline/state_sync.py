@@ -192,7 +192,7 @@ class StateFetcher:
             if not donors:
                 break
             await asyncio.sleep(0.5)
-        logger.error("no replica of stage %d gave us its state; training from our own initialisation", stage)
+        logger.error("no replica of stage %d gave us its state; going on with the state we hold", stage)
         return False
 
     async def _try_pull(self, donor: str, stage: int, iteration: int, epoch_start: int) -> "State | None":
