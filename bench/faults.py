@@ -45,10 +45,10 @@ from bench.support.harness import LOOPBACK, planned_with, stop_processes, wait_f
 FAULTS = ("pause", "rejoin", "empty", "restart", "liar")
 STAGES = [0, 1, 2, 0, 1, 2]          # peer i hosts stage i mod 3: origins 0 and 3
 WITHIN = 1.2                         # "back to normal": within 20% of the pre-fault time
-FRESH_MARK = "starts from FRESH weights"          # peer/pipeline/seat.py's error lines
+FRESH_MARKS = ("starts from FRESH weights",)      # peer/pipeline/seat.py's error lines
 # a stage that went on from a checkpoint: at a late start (seat.py), or after falling behind
 # with no replica to copy (rejoin.py; its peer resumed from the checkpoint at start-up)
-CHECKPOINT_MARK = ("from its checkpoint of iteration", "gave its state after we fell behind")
+CHECKPOINT_MARKS = ("from its checkpoint of iteration", "gave its state after we fell behind")
 JOINED = re.compile(r"joined run .* as (\w+)")
 
 
@@ -135,10 +135,9 @@ class Storm:
         target = self.newest() + count
         await wait_for(lambda: self.newest() >= target, timeout, f"{count} more iterations")
 
-    def log_count(self, marks: str | tuple[str, ...]) -> int:
-        marks = (marks,) if isinstance(marks, str) else marks
-        return sum(log.read_text(errors="replace").count(mark) for log in self.tmp.glob("peer*.log")
-                   for mark in marks)
+    def log_count(self, marks: tuple[str, ...]) -> int:
+        texts = [log.read_text(errors="replace") for log in self.tmp.glob("peer*.log")]
+        return sum(text.count(mark) for text in texts for mark in marks)
 
 
 async def inject(storm: Storm, fault: str, args) -> None:
@@ -185,8 +184,8 @@ def measure(storm: Storm, fault: str, fault_at: float, first: int, marks_before:
     return {"fault": fault, "normal_s": normal, "recovery_s": recovered, "lost": sum(r.lost for r in after),
             "slowest_s": max((r.duration_s for r in after), default=0.0), "iterations": len(after),
             "exited": sorted(slot for slot, proc in storm.procs.items() if proc.poll() is not None),
-            "reinit": storm.log_count(FRESH_MARK) - marks_before[0],
-            "from_checkpoint": storm.log_count(CHECKPOINT_MARK) - marks_before[1]}
+            "reinit": storm.log_count(FRESH_MARKS) - marks_before[0],
+            "from_checkpoint": storm.log_count(CHECKPOINT_MARKS) - marks_before[1]}
 
 
 def data_integrity(storm: Storm) -> tuple[int, int, int]:
@@ -228,7 +227,7 @@ async def run_storm(args, tmp: Path) -> list[dict]:
         await storm.iterations(8, 300)
         for fault in args.faults:
             first, fault_at = storm.newest() + 1, time.time()
-            marks_before = storm.log_count(FRESH_MARK), storm.log_count(CHECKPOINT_MARK)
+            marks_before = storm.log_count(FRESH_MARKS), storm.log_count(CHECKPOINT_MARKS)
             print(f"-- {fault} at iteration ~{first} (load {os.getloadavg()[0]:.1f})", flush=True)
             finished = True
             try:

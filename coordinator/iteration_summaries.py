@@ -58,17 +58,17 @@ class ProgressTracker:
     started: bool = False          # the first report fixes where we start (runs may resume)
     reports: dict[int, dict[str, IterationReport]] = field(default_factory=dict)
     missed: int = 0                # iterations whose reports left every origin's window unread
-    written: dict[str, tuple[int, float]] = field(default_factory=dict)   # peer -> (newest iteration, written_at)
-    # peer -> how long after finishing its newest iteration it wrote the record: a lower bound on
-    # how long the next one has run (records are re-stored every few seconds while it runs)
-    running: dict[str, float] = field(default_factory=dict)
+    # peer -> (newest iteration, written_at, how long after finishing that iteration it wrote the
+    # record: a lower bound on how long the next one has run, as records are re-stored every few
+    # seconds while it runs)
+    written: dict[str, tuple[int, float, float]] = field(default_factory=dict)
 
     def add(self, records: dict[str, ProgressRecord]) -> None:
         for peer, record in records.items():
             if record.reports and record.written_at > 0:
                 newest = max(record.reports, key=lambda r: r.iteration)
-                self.written[peer] = (newest.iteration, record.written_at)
-                self.running[peer] = max(0.0, record.written_at - newest.finished_at)
+                self.written[peer] = (newest.iteration, record.written_at,
+                                      max(0.0, record.written_at - newest.finished_at))
         oldest = [min(r.iteration for r in rec.reports) for rec in records.values() if rec.reports]
         if self.started and oldest and min(oldest) > self.next_iteration and self.next_iteration not in self.reports:
             # every origin's window has moved past the iterations we wait for (we read too
@@ -118,13 +118,16 @@ class ProgressTracker:
     def freshest(self) -> tuple[int, float] | None:
         """(newest iteration, written_at) of the most recently stored progress record, if any
         peer dates its records (protocol 1.7)."""
-        return max(self.written.values(), key=lambda w: w[1], default=None)
+        fresh = self._freshest()
+        return None if fresh is None else fresh[:2]
 
     def running_s(self) -> float:
         """How long the swarm's current iteration has run at least, by the freshest record (0: unknown)."""
-        if not self.written:
-            return 0.0
-        return self.running.get(max(self.written, key=lambda peer: self.written[peer][1]), 0.0)
+        fresh = self._freshest()
+        return 0.0 if fresh is None else fresh[2]
+
+    def _freshest(self) -> tuple[int, float, float] | None:
+        return max(self.written.values(), key=lambda w: w[1], default=None)
 
     def newest_epoch(self) -> int | None:
         """The newest epoch any unsummarised report ran under."""
