@@ -44,6 +44,7 @@ class Flight:
     # (a dropped relay connection is not a death) but not twice (two killed replicas of a stage
     # once bounced a microbatch between them 300 times in 0.3 s)
     failed: collections.Counter[str] = field(default_factory=collections.Counter)
+    holding: bool = False             # its origin waits for a silent replica to answer (recovery.py)
 
 
 @dataclass

@@ -36,6 +36,8 @@ from peer.transport.rpc import RemoteError
 from swarmcore.outcomes import Outcome
 
 logger = logging.getLogger(__name__)
+HOLD_LOOKS = 6          # pings of the silent replicas before a held microbatch counts lost
+HOLD_PAUSE_S = 1.0      # between them (each ping waits up to ping_timeout_s more): ~6-18 s in all
 
 
 class Recovery:
@@ -126,8 +128,8 @@ class Recovery:
         repair the rest of the route."""
         st, schedule, health = self.ledger.get(i), self.ledger.current, self.health
         flight = None if st is None else st.flights.get(mb)
-        if flight is None or flight.successor != dead or schedule is None:
-            return  # already recovered, or finished meanwhile
+        if flight is None or flight.successor != dead or schedule is None or flight.holding:
+            return  # already recovered, finished meanwhile, or held until a replica answers
         if attempt is not None and attempt != flight.attempt:
             # an older attempt's send, still retrying through a dying relay, reached the peer
             # after the flight was sent again and was refused as stale: the newer one stands
@@ -174,23 +176,70 @@ class Recovery:
         """Origin only: send microbatch `mb` again from stage 0 on a fresh route."""
         st, schedule = self.ledger.get(i), self.ledger.current
         entry = None if st is None else st.own.get(mb)
-        if entry is None or entry.outcome is not None or mb not in st.flights:
+        if entry is None or entry.outcome is not None or mb not in st.flights or st.flights[mb].holding:
             return
         flight = st.flights[mb]
-
-        def route_among(usable):
-            return fallback.fresh_route(entry.planned, schedule.num_stages, lambda s: pv.replicas(schedule, s),
-                                        usable, self._budget(schedule, mb))
-        route, last_resort = route_among(self._untried(flight, self.health.usable)), False
-        if route is None:              # rather slow-looking peers than none
-            route, last_resort = route_among(self._last_resort(flight)), True
+        route, last_resort = self._fresh_route(schedule, entry, flight)
+        if route is None and self._silent(schedule, flight):
+            flight.holding = True
+            self.tasks.spawn(self._hold(i, mb, why), f"holding microbatch {mb} of iteration {i}")
+            return
         if route is None:
             self.lose(i, st, mb, f"{why}; no fresh route either")
             return
-        entry.reissued = True
+        await self._reissue_on(i, schedule, st, mb, route, last_resort, why)
+
+    async def _reissue_on(self, i: int, schedule: Schedule, st: IterationState, mb: int, route: Route,
+                          last_resort: bool, why: str) -> None:
+        st.own[mb].reissued = True
         self._note(f"iteration {i} microbatch {mb}: reissued from stage 0 ({why}) via "
                    f"{[h.stage for h in route.hops]}")
         await self._resend(i, schedule, st, mb, route, try_suspect=last_resort)
+
+    def _fresh_route(self, schedule: Schedule, entry, flight) -> tuple[Route | None, bool]:
+        """A fresh route for an origin's microbatch, and whether it needed the last resort."""
+        def route_among(usable):
+            return fallback.fresh_route(entry.planned, schedule.num_stages, lambda s: pv.replicas(schedule, s),
+                                        usable, self._budget(schedule, entry.planned.microbatch_id))
+        route = route_among(self._untried(flight, self.health.usable))
+        if route is not None:
+            return route, False
+        return route_among(self._last_resort(flight)), True   # rather slow-looking peers than none
+
+    def _silent(self, schedule: Schedule, flight) -> list[str]:
+        """Scheduled peers that could carry the flight but did not answer: still announced, never
+        refused it, yet failing (a relay reconnecting, a stopped process). Not the departed."""
+        h = self.health
+        return [p for p in schedule.stage_of() if p != self.me and p not in h.departed
+                and p not in flight.refused and (not h.usable(p) or flight.failed[p] >= 2)]
+
+    async def _hold(self, i: int, mb: int, why: str) -> None:
+        """No route now, but silent peers that could carry it are still announced: ping them a
+        few times before counting the microbatch lost. Losing it at once sent the origin on to
+        the next iteration, which lost its microbatches too, iteration after iteration, while a
+        relay reconnected for ~3 s (tests/swarm/test_nat.py)."""
+        self._note(f"iteration {i} microbatch {mb}: {why}; holding it while the silent replicas "
+                   f"are pinged (up to {HOLD_LOOKS} looks)")
+        st = self.ledger.get(i)
+        for _ in range(HOLD_LOOKS):
+            await asyncio.sleep(HOLD_PAUSE_S)
+            flight, schedule = st.flights.get(mb), self.ledger.current
+            if self.ledger.get(i) is not st or flight is None or st.own[mb].outcome is not None or schedule is None:
+                return                 # the iteration ended (timed out) meanwhile
+            silent = self._silent(schedule, flight)
+            await asyncio.gather(*(self._ping(p) for p in silent))
+            for peer in silent:
+                if self.health.usable(peer):
+                    del flight.failed[peer]     # it answers now: try it again
+            route, last_resort = self._fresh_route(schedule, st.own[mb], flight)
+            if route is not None:
+                flight.holding = False
+                await self._reissue_on(i, schedule, st, mb, route, last_resort, why)
+                return
+            if not silent:
+                break
+        flight.holding = False
+        self.lose(i, st, mb, f"{why}; no fresh route either, and no silent replica answered")
 
     def lose(self, i: int, st: IterationState, mb: int, why: str) -> None:
         entry = st.own[mb]

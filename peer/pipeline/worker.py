@@ -53,6 +53,7 @@ from tokendata.cursor import microbatch_positions, schedule_cursor
 __all__ = ["IterationOutcome", "PipelineWorker", "RunnerFactory", "StageSeat", "WorkerHooks", "WorkerSettings"]
 logger = logging.getLogger(__name__)
 ORIGIN_GONE_AFTER_FAILURES = 8   # consecutive failed heartbeats (about 8 x heartbeat_s or more)
+LINK_WITNESS_S = 10.0            # a peer that answered us this recently shows our own link works
 
 # (iteration, local index, data shard, shards, global sample positions) -> (tokens, targets)
 BatchFn = Callable[[int, int, int, int, list[int]], tuple[torch.Tensor, torch.Tensor]]
@@ -207,9 +208,9 @@ class PipelineWorker:
             return not st.unresolved()
         # a slow origin is not a dead one: ending early would lose its microbatches, so only
         # a departure (advert gone) or a long silence counts
-        h = self.sender.health
-        return all(o in st.done_origins or (o in h.departed and h.failures(o) >= h.suspect_after)
-                   or h.failures(o) >= ORIGIN_GONE_AFTER_FAILURES for o in pv.replicas(schedule, 0))
+        h, others = self.sender.health, [p for p in schedule.stage_of() if p != self.me]
+        return all(o in st.done_origins or h.looks_gone(o, others, ORIGIN_GONE_AFTER_FAILURES, LINK_WITNESS_S)
+                   for o in pv.replicas(schedule, 0))
 
     async def run_iteration(self, i: int, schedule: Schedule, boundary_read: BoundaryRead | None = None
                             ) -> IterationOutcome:

@@ -70,6 +70,18 @@ class Health:
         """Treat the work we gave `peer` as lost: it left, or stopped answering."""
         return peer in self.departed or self.failures(peer) >= self.suspect_after
 
+    def looks_gone(self, peer: str, witnesses: Iterable[str], after_failures: int, within_s: float) -> bool:
+        """`peer` left (departed and failing), or failed `after_failures` calls in a row while one
+        of `witnesses` took a call of ours in the last `within_s`. Silence with no witness says
+        more about our own link (a relay that died, our uplink) than about `peer`: a stage-1 peer
+        that took it for the origins' death ended hundreds of empty iterations in seconds and
+        refused all work after (tests/swarm/test_nat.py)."""
+        failures = self.failures(peer)
+        if peer in self.departed and failures >= self.suspect_after:
+            return True
+        others = [p for p in witnesses if p != peer]
+        return failures >= after_failures and self.answered_within(others, within_s) is not None
+
     def usable(self, peer: str) -> bool:
         """May we hand new work to `peer`?"""
         return not self.banned(peer) and not self.suspect(peer)

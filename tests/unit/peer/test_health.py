@@ -127,3 +127,19 @@ def test_forgetting_failures_makes_every_peer_usable_again():
     assert h.suspect("a") and h.suspect("b")
     h.forget_failures()
     assert h.usable("a") and h.usable("b") and h.failures("a") == 0 and h.snapshot() == {}
+
+
+def test_a_silent_origin_looks_gone_only_while_someone_else_still_answers_us():
+    """A stage-1 peer behind a relay that died heard from nobody: taking the silent origin for
+    gone, it ended hundreds of empty iterations in seconds (tests/swarm/test_nat.py)."""
+    now = [100.0]
+    h = Health(clock=lambda: now[0])
+    for _ in range(8):
+        h.record_failure("origin")
+    assert not h.looks_gone("origin", ["origin", "next"], after_failures=8, within_s=10)   # no witness
+    h.record_success("next")
+    assert h.looks_gone("origin", ["origin", "next"], after_failures=8, within_s=10)
+    now[0] += 11                                        # the witness is stale again
+    assert not h.looks_gone("origin", ["origin", "next"], after_failures=8, within_s=10)
+    h.set_departed(["origin"])                          # its advert lapsed: gone, witness or not
+    assert h.looks_gone("origin", [], after_failures=8, within_s=10)

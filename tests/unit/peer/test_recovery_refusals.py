@@ -1,4 +1,5 @@
-"""Recovery does not hand a microbatch back to a peer that already refused it this iteration:
+"""Recovery does not hand a microbatch back to a peer that already refused it this iteration (and
+holds one whose only carriers fell silent, below):
 two stage replicas that both replied ITERATION_OVER (they had caught up past the iteration) once
 bounced it between them until the iteration timed out, 120 s (issue 25, the storm bench)."""
 import asyncio
@@ -79,3 +80,67 @@ def test_an_older_attempt_refused_as_stale_does_not_fail_the_newer_one():
     assert len(sent) == 1 and "b" not in flight.refused and st.own[0].outcome is None
     asyncio.run(rec.next_hop_failed(5, 0, "b", attempt=flight.attempt))  # the new one's: recovered
     assert len(sent) == 2 and "b" in flight.refused
+
+
+SOLE = Route(0, (Hop(0, "o"), Hop(1, "a")))
+SOLE_SCHEDULE = Schedule("r", 1, "full", 2, 0.0, (StageAssignment("o", 0), StageAssignment("a", 1)), (SOLE,))
+
+
+async def hold_scenario(monkeypatch, answers_after: int, departed=()):
+    """Stage 1's sole replica "a" fell silent: its pings fail `answers_after` times, then work.
+    Returns (state, routes sent, pings)."""
+    from peer.pipeline import recovery as recovery_module
+    from peer.routing.health import Health
+    from peer.transport.base import TransportError
+    monkeypatch.setattr(recovery_module, "HOLD_PAUSE_S", 0.01)
+    st = IterationState(5)
+    st.flights[0] = Flight(SOLE, 0, 0, "a")
+    st.own[0] = OriginEntry(SOLE)
+    ledger = SimpleNamespace(current=SOLE_SCHEDULE, get=lambda i: st if i == 5 else None)
+
+    async def compute(fn, *args):
+        return fn(*args)
+    health = Health()
+    health.set_departed(departed)
+    for _ in range(health.suspect_after):
+        health.record_failure("a", ["a"])
+    pings = []
+
+    async def call(peer, request, timeout):
+        pings.append(peer)
+        if len(pings) <= answers_after:
+            raise TransportError(peer, "no route to the relay")
+    sent, tasks = [], []
+
+    def spawn(coro, what=""):
+        if coro.cr_code.co_name == "deliver":
+            sent.append(coro.cr_frame.f_locals["route"])
+            coro.close()
+        else:
+            tasks.append(asyncio.ensure_future(coro))
+    rec = Recovery("o", "r", SimpleNamespace(extra_skips=0, ping_timeout_s=1.0),
+                   SimpleNamespace(runner=Runner(), compute=compute), ledger,
+                   SimpleNamespace(health=health, rpc=SimpleNamespace(call=call), replicas_of_peer=lambda peer: [peer]),
+                   SimpleNamespace(spawn=spawn))
+    await rec.next_hop_failed(5, 0, "a")          # the last resort: "a" once more
+    await rec.next_hop_failed(5, 0, "a")          # failed twice: no route now
+    while tasks:
+        await tasks.pop()
+    return st, sent, pings
+
+
+def test_a_microbatch_whose_sole_replica_fell_silent_is_held_until_it_answers(monkeypatch):
+    """A relay that died leaves the only stage-1 peer silent for ~3 s (tests/swarm/test_nat.py):
+    losing the microbatch at once sent the origin on, losing every iteration meanwhile."""
+    st, sent, pings = asyncio.run(hold_scenario(monkeypatch, answers_after=2))
+    assert pings == ["a"] * 3 and st.own[0].outcome is None and st.own[0].reissued
+    assert len(sent) == 2 and [h.peer for h in sent[-1].hops] == ["o", "a"]    # sent again once it answered
+    assert not st.flights[0].holding
+
+
+def test_a_held_microbatch_is_lost_after_its_looks_and_a_departed_replica_is_not_waited_for(monkeypatch):
+    from peer.pipeline.recovery import HOLD_LOOKS
+    st, sent, pings = asyncio.run(hold_scenario(monkeypatch, answers_after=100))
+    assert len(pings) == HOLD_LOOKS and st.own[0].outcome == Outcome.LOST and len(sent) == 1
+    st, sent, pings = asyncio.run(hold_scenario(monkeypatch, answers_after=0, departed={"a"}))
+    assert pings == [] and st.own[0].outcome == Outcome.LOST
