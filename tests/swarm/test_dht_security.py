@@ -74,6 +74,22 @@ class Swarm:
             guard.close()
 
 
+def wait_findable(identity_path, maddrs, timeout_s: float) -> bool:
+    """Whether a peer with the identity at `identity_path` answers in the swarm, asked until
+    `timeout_s` (bounded: each try is one short-lived anonymous node)."""
+    from hivemind.p2p import P2P
+    deadline = time.monotonic() + timeout_s
+
+    async def taken() -> bool:
+        return await P2P.is_identity_taken(str(identity_path), initial_peers=list(maddrs), tls=True,
+                                           use_auto_relay=False, use_ipfs=False, use_relay=False)
+    while time.monotonic() < deadline:
+        if asyncio.run(taken()):
+            return True
+        time.sleep(0.5)
+    return False
+
+
 async def store(dht, value: PeerAdvert, subkey) -> None:
     await dht.store(ids.peers_key(RUN), codec.encode(value), time.time() + 60, subkey=subkey, return_future=True)
 
@@ -131,10 +147,13 @@ def test_an_identity_already_live_in_the_swarm_is_refused(tmp_path):
         os.chmod(copy, 0o600)
         config = PeerConfig(initial_peers=tuple(swarm.maddrs), run=RUN, host_maddrs=tuple(LOOPBACK),
                             identity_path=copy)
+        # hivemind's check dials the peer id through the swarm's routing; under load a node
+        # that joined a moment ago is not found yet (CI once), so wait until it is findable
+        assert wait_findable(copy, swarm.maddrs, 30), "the first member never became findable"
         guard = PeerGuard(config)
         try:
             with pytest.raises(StartupError, match="already in use by another peer in the swarm"):
-                start_dht(config, guard)
+                swarm.dhts.append(start_dht(config, guard))   # (a wrong start must not leak its DHT)
         finally:
             guard.close()
     finally:
