@@ -45,6 +45,8 @@ class Flight:
     # once bounced a microbatch between them 300 times in 0.3 s)
     failed: collections.Counter[str] = field(default_factory=collections.Counter)
     holding: bool = False             # its origin waits for a silent replica to answer (recovery.py)
+    holds: int = 0                    # how often it was held (bounded: a peer that answers pings
+                                      # but fails every send must not cycle it until the timeout)
 
 
 @dataclass

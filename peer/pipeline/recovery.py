@@ -38,6 +38,7 @@ from swarmcore.outcomes import Outcome
 logger = logging.getLogger(__name__)
 HOLD_LOOKS = 6          # pings of the silent replicas before a held microbatch counts lost
 HOLD_PAUSE_S = 1.0      # between them (each ping waits up to ping_timeout_s more): ~6-18 s in all
+MAX_HOLDS = 2           # per microbatch and iteration
 
 
 class Recovery:
@@ -180,8 +181,8 @@ class Recovery:
             return
         flight = st.flights[mb]
         route, last_resort = self._fresh_route(schedule, entry, flight)
-        if route is None and self._silent(schedule, flight):
-            flight.holding = True
+        if route is None and flight.holds < MAX_HOLDS and self._silent(schedule, flight):
+            flight.holding, flight.holds = True, flight.holds + 1
             self.tasks.spawn(self._hold(i, mb, why), f"holding microbatch {mb} of iteration {i}")
             return
         if route is None:

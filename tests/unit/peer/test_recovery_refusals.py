@@ -86,9 +86,10 @@ SOLE = Route(0, (Hop(0, "o"), Hop(1, "a")))
 SOLE_SCHEDULE = Schedule("r", 1, "full", 2, 0.0, (StageAssignment("o", 0), StageAssignment("a", 1)), (SOLE,))
 
 
-async def hold_scenario(monkeypatch, answers_after: int, departed=()):
-    """Stage 1's sole replica "a" fell silent: its pings fail `answers_after` times, then work.
-    Returns (state, routes sent, pings)."""
+async def hold_scenario(monkeypatch, answers_after: int, departed=(), cycles: int = 0):
+    """Stage 1's sole replica "a" fell silent: its pings fail `answers_after` times, then work;
+    `cycles` more times, the microbatch sent to it fails twice again. Returns (state, routes
+    sent, pings)."""
     from peer.pipeline import recovery as recovery_module
     from peer.routing.health import Health
     from peer.transport.base import TransportError
@@ -102,8 +103,6 @@ async def hold_scenario(monkeypatch, answers_after: int, departed=()):
         return fn(*args)
     health = Health()
     health.set_departed(departed)
-    for _ in range(health.suspect_after):
-        health.record_failure("a", ["a"])
     pings = []
 
     async def call(peer, request, timeout):
@@ -122,10 +121,17 @@ async def hold_scenario(monkeypatch, answers_after: int, departed=()):
                    SimpleNamespace(runner=Runner(), compute=compute), ledger,
                    SimpleNamespace(health=health, rpc=SimpleNamespace(call=call), replicas_of_peer=lambda peer: [peer]),
                    SimpleNamespace(spawn=spawn))
-    await rec.next_hop_failed(5, 0, "a")          # the last resort: "a" once more
-    await rec.next_hop_failed(5, 0, "a")          # failed twice: no route now
-    while tasks:
-        await tasks.pop()
+    async def fail_twice():
+        for _ in range(health.suspect_after):
+            health.record_failure("a", ["a"])
+        await rec.next_hop_failed(5, 0, "a")      # the last resort: "a" once more
+        await rec.next_hop_failed(5, 0, "a")      # failed twice: no route now
+        while tasks:
+            await tasks.pop()
+    await fail_twice()
+    if cycles:
+        for _ in range(cycles):
+            await fail_twice()
     return st, sent, pings
 
 
@@ -144,3 +150,11 @@ def test_a_held_microbatch_is_lost_after_its_looks_and_a_departed_replica_is_not
     assert len(pings) == HOLD_LOOKS and st.own[0].outcome == Outcome.LOST and len(sent) == 1
     st, sent, pings = asyncio.run(hold_scenario(monkeypatch, answers_after=0, departed={"a"}))
     assert pings == [] and st.own[0].outcome == Outcome.LOST
+
+
+
+def test_a_replica_that_answers_pings_but_fails_every_send_is_held_at_most_twice(monkeypatch):
+    """Held, pinged (it answers), sent again, failed again, ...: bounded, not until the timeout."""
+    from peer.pipeline.recovery import MAX_HOLDS
+    st, sent, pings = asyncio.run(hold_scenario(monkeypatch, answers_after=0, cycles=MAX_HOLDS))
+    assert len(pings) == MAX_HOLDS and st.own[0].outcome == Outcome.LOST
