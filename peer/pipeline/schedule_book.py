@@ -63,6 +63,11 @@ class ScheduleBook:
     def missed(self, epoch: int) -> bool:
         return epoch in self._missed
 
+    def missed_after(self, epoch: int) -> bool:
+        """Whether we keep `epoch` although we missed a newer one: peers that took the newer one
+        refuse our work of it (STALE_SCHEDULE) until the coordinator publishes another."""
+        return any(missed > epoch for missed in self._missed)
+
     def _running_epoch(self) -> int:
         running = self.for_iteration(self._began_as_origin)
         return -1 if running is None else running.epoch

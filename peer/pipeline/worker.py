@@ -94,7 +94,8 @@ class PipelineWorker:
         health = health or Health()
         self.spot = SpotChecks(me, rpc, health, seat.compute, self.tasks.spawn, settings.spot_check_rate,
                                settings.rpc_timeout_s, publish=self.hooks.publish_spot_checks)
-        self.sender = Sender(me, spec.run, rpc, health, settings, self.ledger, self.inbox, self.spot, self.tasks)
+        self.sender = Sender(me, spec.run, rpc, health, settings, self.ledger, self.inbox, self.spot, self.tasks,
+                             self.book.missed_after)
         self.recovery = Recovery(me, spec.run, settings, seat, self.ledger, self.sender, self.tasks)
         self.exchange = GradientExchange(me, spec.run, settings, seat, self.ledger, self.sender,
                                          report=self.spot.add_report,
