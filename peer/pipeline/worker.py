@@ -209,8 +209,9 @@ class PipelineWorker:
             return not st.unresolved()
         # a slow origin is not a dead one: ending early would lose its microbatches, so only
         # a departure (advert gone) or a long silence counts
-        h, others = self.sender.health, [p for p in schedule.stage_of() if p != self.me]
-        return all(o in st.done_origins or h.looks_gone(o, others, ORIGIN_GONE_AFTER_FAILURES, LINK_WITNESS_S)
+        h = self.sender.health     # (we never record an answer from ourselves: no witness)
+        return all(o in st.done_origins or h.looks_gone(o, schedule.stage_of(), ORIGIN_GONE_AFTER_FAILURES,
+                                                        LINK_WITNESS_S)
                    for o in pv.replicas(schedule, 0))
 
     async def run_iteration(self, i: int, schedule: Schedule, boundary_read: BoundaryRead | None = None

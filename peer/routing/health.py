@@ -79,8 +79,8 @@ class Health:
         failures = self.failures(peer)
         if peer in self.departed and failures >= self.suspect_after:
             return True
-        others = [p for p in witnesses if p != peer]
-        return failures >= after_failures and self.answered_within(others, within_s) is not None
+        return failures >= after_failures and \
+            self.answered_within((p for p in witnesses if p != peer), within_s) is not None
 
     def usable(self, peer: str) -> bool:
         """May we hand new work to `peer`?"""

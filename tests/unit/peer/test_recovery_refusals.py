@@ -26,15 +26,23 @@ class Runner:
         return True
 
 
-def recovery(suspect=frozenset()):
-    st = IterationState(5)
-    st.flights[0] = Flight(ROUTE, 0, 0, "a")
-    st.own[0] = OriginEntry(ROUTE)
-    ledger = SimpleNamespace(current=SCHEDULE, get=lambda i: st if i == 5 else None)
+async def compute(fn, *args):
+    return fn(*args)
 
-    async def compute(fn, *args):
-        return fn(*args)
-    seat = SimpleNamespace(runner=Runner(), compute=compute)
+
+SEAT = SimpleNamespace(runner=Runner(), compute=compute)
+
+
+def iteration_5(route: Route, schedule: Schedule):
+    """Iteration 5's state with our microbatch 0 in flight to route's second hop, and its ledger."""
+    st = IterationState(5)
+    st.flights[0] = Flight(route, 0, 0, route.hops[1].peer)
+    st.own[0] = OriginEntry(route)
+    return st, SimpleNamespace(current=schedule, get=lambda i: st if i == 5 else None)
+
+
+def recovery(suspect=frozenset()):
+    st, ledger = iteration_5(ROUTE, SCHEDULE)
     health = SimpleNamespace(usable=lambda peer: peer not in suspect, departed=set(), failures=lambda peer: 0,
                              suspect_after=3, suspect=lambda peer: peer in suspect)
     sent = []
@@ -42,7 +50,7 @@ def recovery(suspect=frozenset()):
     def spawn(coro, what=""):
         sent.append(coro.cr_frame.f_locals["route"])   # where the microbatch is sent next
         coro.close()
-    rec = Recovery("o", "r", SimpleNamespace(extra_skips=1), seat, ledger, SimpleNamespace(health=health),
+    rec = Recovery("o", "r", SimpleNamespace(extra_skips=1), SEAT, ledger, SimpleNamespace(health=health),
                    SimpleNamespace(spawn=spawn))
     return rec, st, sent
 
@@ -94,13 +102,7 @@ async def hold_scenario(monkeypatch, answers_after: int, departed=(), cycles: in
     from peer.routing.health import Health
     from peer.transport.base import TransportError
     monkeypatch.setattr(recovery_module, "HOLD_PAUSE_S", 0.01)
-    st = IterationState(5)
-    st.flights[0] = Flight(SOLE, 0, 0, "a")
-    st.own[0] = OriginEntry(SOLE)
-    ledger = SimpleNamespace(current=SOLE_SCHEDULE, get=lambda i: st if i == 5 else None)
-
-    async def compute(fn, *args):
-        return fn(*args)
+    st, ledger = iteration_5(SOLE, SOLE_SCHEDULE)
     health = Health()
     health.set_departed(departed)
     pings = []
@@ -118,9 +120,10 @@ async def hold_scenario(monkeypatch, answers_after: int, departed=(), cycles: in
         else:
             tasks.append(asyncio.ensure_future(coro))
     rec = Recovery("o", "r", SimpleNamespace(extra_skips=0, ping_timeout_s=1.0),
-                   SimpleNamespace(runner=Runner(), compute=compute), ledger,
+                   SEAT, ledger,
                    SimpleNamespace(health=health, rpc=SimpleNamespace(call=call), replicas_of_peer=lambda peer: [peer]),
                    SimpleNamespace(spawn=spawn))
+
     async def fail_twice():
         for _ in range(health.suspect_after):
             health.record_failure("a", ["a"])
@@ -128,10 +131,8 @@ async def hold_scenario(monkeypatch, answers_after: int, departed=(), cycles: in
         await rec.next_hop_failed(5, 0, "a")      # failed twice: no route now
         while tasks:
             await tasks.pop()
-    await fail_twice()
-    if cycles:
-        for _ in range(cycles):
-            await fail_twice()
+    for _ in range(1 + cycles):
+        await fail_twice()
     return st, sent, pings
 
 
