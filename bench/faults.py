@@ -24,6 +24,7 @@ Last line: RESULT recovery_s_max=... lost=... reinit_stages=... twice=... skippe
 import argparse
 import asyncio
 import collections
+import logging
 import os
 import re
 import signal
@@ -254,6 +255,16 @@ def print_row(r: dict) -> None:
         print(f"   peers that exited: {r['exited']} (their logs: peerN*.log)", flush=True)
 
 
+def log_coordinator(path: Path) -> None:
+    """The in-process coordinators' INFO lines (epochs published, schedules followed) to a file
+    beside the peers' logs: the console keeps only the figures and warnings."""
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    for name in ("skippipe.coordinator", "coordinator"):
+        logging.getLogger(name).addHandler(handler)
+        logging.getLogger(name).setLevel(logging.INFO)
+
+
 def main() -> int:
     args = parse_args()
     load = os.getloadavg()
@@ -261,6 +272,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="faults-bench-") as tmp:
         folder = args.logs_dir or Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
+        log_coordinator(folder / "coordinator.log")
         results = asyncio.run(run_storm(args, folder))
     rows, (twice, skipped, unread) = results[:-1], results[-1]["integrity"]
     recoveries = [r["recovery_s"] for r in rows]

@@ -20,6 +20,14 @@ class DataLedger:
         self.lost_total = 0                 # samples lost so far (all later retried)
         self.lost_positions: set[int] = set()   # every position ever lost (owed until trained)
         self.resumed: tuple[int, tuple[int, ...]] | None = None   # (base, retry) from a checkpoint
+        # position -> the latest start of a known schedule that hands it out again: a loss before
+        # that start is already owed (a restarted coordinator accounts iterations its
+        # predecessor did, and must not owe their losses twice)
+        self.carried: dict[int, int] = {}
+
+    def carried_by(self, schedule: Schedule) -> None:
+        for p in schedule.data_retry:
+            self.carried[p] = max(self.carried.get(p, -1), schedule.start_iteration)
 
     def lost(self, schedule: Schedule | None, iteration: int, microbatch_ids) -> list[int]:
         """Note the lost microbatches of `iteration`, trained under `schedule`."""
@@ -28,7 +36,7 @@ class DataLedger:
         known = {r.microbatch_id for r in schedule.routes}
         positions = [p for mb in sorted(set(microbatch_ids)) if mb in known
                      for p in microbatch_positions(schedule, self.microbatch_samples, iteration, mb)]
-        fresh = [p for p in positions if p not in self.pending]
+        fresh = [p for p in positions if p not in self.pending and self.carried.get(p, -1) <= iteration]
         self.pending.extend(fresh)
         self.lost_total += len(fresh)
         self.lost_positions.update(positions)

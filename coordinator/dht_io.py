@@ -39,7 +39,12 @@ class CoordinatorRecords(RunRecords):
         record = sign("spec", codec.encode(spec), self.organiser)
         return await self._store(ids.spec_key(self.run), record, SPEC_TTL_S, subkey=self.owner_subkey)
 
-    async def put_schedule(self, schedule: Schedule) -> bool:
+    async def put_schedule(self, schedule: Schedule, previous: Schedule | None = None) -> bool:
+        """The new schedule, and the one it follows (`previous`) under its own key: peers read
+        only the first, a restarted coordinator both."""
+        if previous is not None:
+            await self._store(ids.previous_schedule_key(self.run), sign("schedule", codec.encode(previous), self.organiser),
+                              SCHEDULE_TTL_S, subkey=self.owner_subkey)
         record = sign("schedule", codec.encode(schedule), self.organiser)
         return await self._store(ids.schedule_key(self.run), record, SCHEDULE_TTL_S, subkey=self.owner_subkey)
 
@@ -47,13 +52,13 @@ class CoordinatorRecords(RunRecords):
         record = sign("roster", codec.encode(roster), self.organiser)
         return await self._store(ids.roster_key(self.run), record, ROSTER_TTL_S, subkey=self.owner_subkey)
 
-    async def get_schedule(self, any_signer: bool = False) -> Schedule | None:
+    async def get_schedule(self, any_signer: bool = False, previous: bool = False) -> Schedule | None:
         """The newest schedule signed with our organiser key (a restart with the same key file
         continues its epochs; anything else stored there is ignored). `any_signer`: whatever
-        one key signs (tools that read a run they do not organise)."""
+        one key signs (tools that read a run they do not organise). `previous`: the one before it."""
         pinned = None if any_signer else public_key_text(self.organiser)
-        opened = open_signed(dht_values(await self._get(ids.schedule_key(self.run))), "schedule", Schedule,
-                             pinned, rank=lambda s: s.epoch)
+        key = ids.previous_schedule_key(self.run) if previous else ids.schedule_key(self.run)
+        opened = open_signed(dht_values(await self._get(key)), "schedule", Schedule, pinned, rank=lambda s: s.epoch)
         if opened.refused:
             logger.info("ignored %d stored schedule record(s) not signed by this run's organiser key", opened.refused)
         return opened.message

@@ -36,6 +36,12 @@ def schedule_key(run: str) -> str:
     return _key(run, "schedule")
 
 
+def previous_schedule_key(run: str) -> str:
+    """The schedule before the current one: a restarted coordinator accounts the iterations
+    that ran under it (the current one may start ahead of the swarm)."""
+    return _key(run, "schedule_previous")
+
+
 def progress_key(run: str) -> str:
     return _key(run, "progress")
 

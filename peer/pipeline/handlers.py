@@ -85,6 +85,7 @@ class WorkHandlers:
         latest = w.book.latest
         if latest is None or epoch > latest.epoch:
             await asyncio.wait_for(self.refresh_schedule(), timeout=5.0)
+        w.book.follow(epoch, iteration)
         schedule = w.book.for_iteration(iteration)
         if schedule is None or schedule.epoch != epoch:
             have = None if schedule is None else schedule.epoch

@@ -20,13 +20,19 @@ class ScheduleBook:
     first iteration; read later, the epoch is *missed* and this peer keeps the one it runs until
     the coordinator publishes another (coordinator/epoch_uptake.py). Switching one iteration
     late would train samples of the old epoch that the new epoch's cursor hands out again.
-    Other stages follow the epoch of the work they get, and take a new epoch whenever they read it."""
+    Other stages follow the origins: a new epoch read before they began its first iteration is
+    taken; one read later is *late* here (kept aside) until work of it arrives, which shows the
+    origins took it. Taken at once, an epoch published from an iteration the swarm had passed
+    (the coordinator's view of the DHT was stale) made them refuse the origins' work of the
+    epoch the origins kept (seen in CI: a partition test stalled a minute an iteration)."""
 
     def __init__(self):
         self._schedules: list[Schedule] = []   # increasing epoch
         self._changed = asyncio.Event()
         self._began_as_origin = -1             # the last iteration this peer began as an origin
+        self._began = -1                       # ... in any role
         self._missed: set[int] = set()
+        self._late: set[int] = set()           # read too late here, not (yet) seen run by the origins
 
     @property
     def latest(self) -> Schedule | None:
@@ -46,6 +52,11 @@ class ScheduleBook:
             logger.warning("schedule epoch %d starts at iteration %d, which this peer began under epoch %d: "
                            "read too late, keeping epoch %d until the coordinator publishes another",
                            schedule.epoch, schedule.start_iteration, running, running)
+        elif schedule.start_iteration <= self._began:
+            self._late.add(schedule.epoch)
+            logger.info("schedule epoch %d starts at iteration %d, which this peer began already: "
+                        "following the origins' epoch until their work shows which", schedule.epoch,
+                        schedule.start_iteration)
         self._schedules.append(schedule)
         del self._schedules[:-KEEP_SCHEDULES]
         self._changed.set()
@@ -54,11 +65,22 @@ class ScheduleBook:
 
     def for_iteration(self, iteration: int) -> Schedule | None:
         """The newest schedule whose start_iteration is <= iteration (of those not missed)."""
-        return schedule_for_iteration([s for s in self._schedules if s.epoch not in self._missed], iteration)
+        return schedule_for_iteration([s for s in self._schedules
+                                       if s.epoch not in self._missed and s.epoch not in self._late], iteration)
 
-    def began_as_origin(self, iteration: int) -> None:
-        """This peer began `iteration` as an origin, under for_iteration(iteration)."""
-        self._began_as_origin = max(self._began_as_origin, iteration)
+    def began(self, iteration: int, as_origin: bool) -> None:
+        """This peer began `iteration` (as an origin or not), under for_iteration(iteration)."""
+        self._began = max(self._began, iteration)
+        if as_origin:
+            self._began_as_origin = max(self._began_as_origin, iteration)
+
+    def follow(self, epoch: int, iteration: int) -> None:
+        """Work of `epoch` for `iteration` arrived from the origins' side: an epoch late here
+        that covers the iteration is theirs, so ours from now on."""
+        schedule = next((s for s in self._schedules if s.epoch == epoch), None)
+        if epoch in self._late and schedule is not None and schedule.start_iteration <= iteration:
+            self._late.discard(epoch)
+            logger.info("the origins run epoch %d at iteration %d: following it", epoch, iteration)
 
     def missed(self, epoch: int) -> bool:
         return epoch in self._missed

@@ -180,8 +180,7 @@ class PipelineWorker:
                 continue
             await self.book.wait_changed(timeout=5.0)
         stage = schedule.stage_of()[self.me]
-        if stage == 0:
-            self.book.began_as_origin(ledger.iteration)   # from now on, a new epoch for it is missed
+        self.book.began(ledger.iteration, as_origin=stage == 0)   # a new epoch for it is now late
         if stage != seat.stage:
             self.exchange.drop_pending()      # the old stage's update: its replicas apply it
             if seat.stage is not None:

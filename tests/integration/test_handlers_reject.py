@@ -202,3 +202,19 @@ def test_backward_spot_check_gradients_are_validated_like_backwards():
     expect_error(network, gradient(fill=float("nan")), ErrorCode.NON_FINITE)
     expect_error(network, gradient(), ErrorCode.WRONG_STAGE, sender="mallory")   # as a SpotCheckRequest
     assert len(worker.inbox) == 0 and worker.spot.serving == 0
+
+
+def test_a_non_origin_serves_the_origins_epoch_when_a_newer_one_starts_in_its_past():
+    """An epoch read after this stage began its first iteration (the coordinator's view was
+    stale) does not make it refuse the origins' work of the epoch they kept; work of the newer
+    epoch shows the origins took it, and from then on the older one is refused."""
+    import dataclasses
+    kept = make_schedule("t", {"p0": 0, "p1": 1}, {0: ["p0", "p1"], 1: ["p0", "p1"], 2: ["p0", "p1"]}, epoch=3)
+    network, worker = serve_p1(kept)
+    worker.book.began(0, as_origin=False)
+    worker.book.add(dataclasses.replace(kept, epoch=4))          # from iteration 0: begun already
+    assert isinstance(call(network, "p0", m.ForwardRequest(header(), activation())), m.ForwardReply)
+    assert isinstance(call(network, "p0", m.ForwardRequest(header(epoch=4, microbatch_id=1), activation())),
+                      m.ForwardReply)
+    expect_error(network, m.ForwardRequest(header(microbatch_id=2), activation()), ErrorCode.STALE_SCHEDULE)
+    assert len(worker.inbox) == 2

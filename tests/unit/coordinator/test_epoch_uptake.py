@@ -17,7 +17,7 @@ def train(book: ScheduleBook, iterations, trained: list, lost=()):
     """An origin's loop: begin each iteration under the schedule it has, train its microbatches."""
     for i in iterations:
         running = book.for_iteration(i)
-        book.began_as_origin(i)
+        book.began(i, as_origin=True)
         trained += [p for r in running.routes if (i, r.microbatch_id) not in lost
                     for p in microbatch_positions(running, SAMPLES, i, r.microbatch_id)]
     return running
@@ -89,3 +89,31 @@ def test_no_epoch_is_published_on_top_of_one_whose_uptake_is_unknown():
     republish = schedule(2, start=22, epoch=4, **published.data_fields(ledger, 22))
     assert republish.data_base == schedule_cursor(s1, SAMPLES).at(22)[0]
     assert published.ran_under(21) is s1 and published.ran_under(22) is s1
+
+
+def test_a_non_origin_keeps_the_origins_epoch_when_a_new_one_starts_in_its_past():
+    """Seen in CI: with the DHT slow, epoch 3 was published from iteration 28 while the swarm was
+    at 55; the origins kept epoch 2 (missed), the other stages took epoch 3 and refused their
+    work. A non-origin now takes such an epoch only once work of it shows the origins did."""
+    book = ScheduleBook()
+    s2, s3 = schedule(2, start=21, epoch=2), schedule(2, start=28, epoch=3)
+    book.add(s2)
+    book.began(55, as_origin=False)
+    book.add(s3)
+    assert book.latest is s3 and not book.missed(3)
+    assert book.for_iteration(55) is s2 and book.for_iteration(56) is s2
+    book.follow(2, 55)
+    assert book.for_iteration(56) is s2
+    book.follow(3, 27)                      # not an iteration epoch 3 covers: proves nothing
+    assert book.for_iteration(56) is s2
+    book.follow(3, 56)                      # the origins run it after all
+    assert book.for_iteration(56) is s3
+
+
+def test_a_non_origin_takes_an_epoch_read_before_it_began_the_epochs_first_iteration():
+    book = ScheduleBook()
+    book.add(schedule(2, start=0))
+    book.began(27, as_origin=False)
+    s3 = schedule(2, start=28, epoch=3)
+    book.add(s3)
+    assert book.for_iteration(28) is s3

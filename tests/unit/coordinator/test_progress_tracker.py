@@ -99,9 +99,9 @@ def test_a_coordinator_that_missed_the_stored_schedule_follows_the_epoch_peers_r
     class Records:
         reads = 0
 
-        async def get_schedule(self):
+        async def get_schedule(self, previous=False):
             self.reads += 1
-            return stored
+            return None if previous else stored
     app = CoordinatorApp(CoordinatorConfig(run="t", num_stages=2, skip_ratio=0.0))
     app.records = Records()
     app._adopt(make_schedule("t", {"a": 0, "m": 1}, {0: ["a", "m"]}, epoch=1))   # planned from scratch
@@ -111,3 +111,36 @@ def test_a_coordinator_that_missed_the_stored_schedule_follows_the_epoch_peers_r
     app.progress.add({"a": ProgressRecord("a", (dataclasses.replace(report("a", 42), epoch=7),))})
     asyncio.run(app._follow_newer_epoch())
     assert app.schedule is stored and app.published.origins_for(42) == {"a"}
+
+
+def test_a_restarted_coordinator_accounts_the_iterations_before_a_stored_epoch_that_starts_ahead():
+    """bench/faults.py: the coordinator published epoch 4 from iteration 138 and was restarted at
+    130; knowing epoch 4 alone, iterations 130-137 went unsummarised. It reads the epoch before
+    too, accounts them under it, and does not owe twice the losses epoch 4 already hands out."""
+    import asyncio
+    import dataclasses
+    from bench.support.memory_swarm import make_schedule
+    from coordinator.app import CoordinatorApp
+    from coordinator.config import CoordinatorConfig
+    from tokendata.cursor import microbatch_positions
+    app = CoordinatorApp(CoordinatorConfig(run="t", num_stages=2, skip_ratio=0.0, microbatch_samples=2))
+    routes = make_schedule("t", {"a": 0, "b": 0, "m": 1}, {0: ["a", "m"], 1: ["b", "m"]}, epoch=3)
+    before = dataclasses.replace(routes, start_iteration=71)
+    lost_at_100 = microbatch_positions(before, 2, 100, 1)
+    stored = dataclasses.replace(routes, epoch=4, start_iteration=138,
+                                 data_base=before.data_base + 4 * 138, data_retry=tuple(lost_at_100))
+
+    class Records:
+        async def get_schedule(self, previous=False):
+            return before if previous else stored
+    app.records = Records()
+    asyncio.run(app._adopt_stored(stored))
+    assert app.schedule is stored and app.published.known_from() == 71
+    app.progress.add(records(range(66, 134)))
+    done = app.progress.complete(app.published.origins_for, known_from=app.published.known_from())
+    assert [s.iteration for s in done] == list(range(71, 134))
+    assert app.published.origins_for(130) == {"a", "b"}
+    # iteration 100's loss, accounted again, is already epoch 4's to retrain; 130's is new
+    assert app.ledger.lost(app.published.ran_under(100, {}), 100, [1]) == []
+    assert app.ledger.lost(app.published.ran_under(130, {}), 130, [1]) == microbatch_positions(before, 2, 130, 1)
+    assert app.ledger.pending == microbatch_positions(before, 2, 130, 1)

@@ -39,6 +39,6 @@ def test_the_book_says_which_epochs_it_keeps_past_a_missed_one():
     book = ScheduleBook()
     s1 = Schedule("r", 1, "skippipe", 2, 0.0, (StageAssignment("o", 0), StageAssignment("a", 1)), ())
     book.add(s1)
-    book.began_as_origin(40)
+    book.began(40, as_origin=True)
     book.add(Schedule("r", 2, "skippipe", 2, 0.0, s1.assignment, (), start_iteration=28))  # read too late
     assert book.missed(2) and book.missed_after(1) and not book.missed_after(2)
