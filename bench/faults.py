@@ -8,7 +8,8 @@ skip ratio 1/3) through a scripted storm, one fault after another once the swarm
              skips carry the microbatches around it; they must come back with trained weights)
   restart    the coordinator stopped and a new one started (same organiser key, joining through
              a peer)
-  liar       a stage-1 peer restarted computing 8x slower than its advert says
+  liar       a stage-1 peer restarted computing 8x slower than its advert says, its measured
+             speed included (--fault lie): only the origins' round trips show it
 
 Per fault it prints: seconds from the fault until iterations are back within 20% of their
 pre-fault time (the median of the 5 iterations before; "-" when they never were within the
@@ -120,7 +121,11 @@ class Storm:
             joined = ids()
             return joined is not None and self.app.schedule is not None and \
                 all(p in self.app.schedule.stage_of() for p in joined)
+
+        def running():   # the epoch with them in it has begun (it starts a few seconds ahead)
+            return planned() and self.newest() + 1 >= self.app.schedule.start_iteration
         await wait_for(planned, timeout, f"restarted peer(s) {slots} in the plan")
+        await wait_for(running, timeout, f"the epoch with restarted peer(s) {slots} running")
 
     def signal(self, slot: int, sig: int) -> None:
         os.killpg(self.procs[slot].pid, sig)            # its own session: the group is its pid
@@ -166,7 +171,7 @@ async def inject(storm: Storm, fault: str, args) -> None:
         await storm.start_coordinator(tuple(maddrs[:2]))
     elif fault == "liar":
         storm.kill(4)
-        storm.start_peer(4, "--fault", "stall@0:8")
+        storm.start_peer(4, "--fault", "stall@0:8,lie@0:8")
         await storm.back_in_plan([4], args.phase_timeout)
 
 
@@ -239,11 +244,25 @@ async def run_storm(args, tmp: Path) -> list[dict]:
                 finished = False
             results.append(measure(storm, fault, fault_at, first, marks_before, finished))
             print_row(results[-1])
+            print_witnessed(storm)
         results.append({"integrity": data_integrity(storm)})
     finally:
         stop_processes(list(storm.procs.values()))
         await storm.stop_coordinator()
     return results
+
+
+def print_witnessed(storm: Storm) -> None:
+    """What the origins' round trips say of each peer (coordinator/witnessed_speed.py), by slot."""
+    slot_of = {}
+    for slot, log in storm.logs.items():
+        found = JOINED.search(log.read_text(errors="replace"))
+        if found:
+            slot_of[found.group(1)] = slot
+    times = storm.app.witness.times()
+    print("   witnessed s/round trip by slot: " + (", ".join(
+        f"{slot_of.get(p, p[:8])}: {s:.3f}" for p, s in sorted(times.items(), key=lambda kv: str(slot_of.get(kv[0]))))
+        or "none identified") + f"; demoted: {storm.app.slow_peers.describe()}", flush=True)
 
 
 def print_row(r: dict) -> None:

@@ -37,6 +37,7 @@ from coordinator.run_files import (load_or_create_join_key, load_organiser, remo
                                    write_maddrs_file)
 from coordinator.replanner import CollapseGuard, PresenceTracker, ReplanPolicy, switch_from_progress
 from coordinator.slow_peers import SlowPeers
+from coordinator.witnessed_speed import WitnessedSpeed
 from coordinator.status_page import StatusView
 from coordinator.advert_check import AdvertGate
 from coordinator.swarm_view import BanList, NotPlannable, SwarmSnapshot, to_topology
@@ -90,6 +91,7 @@ class CoordinatorApp:
         self.snapshot: SwarmSnapshot | None = None      # the latest round's view (status page)
         self.collapse_guard = CollapseGuard()
         self.slow_peers = SlowPeers()   # demoted by measured speed (slow_peers.py)
+        self.witness = WitnessedSpeed()  # ... as the origins' round trips show it
         self.topology = None                # what the current schedule was planned for (Gantt)
         self.last_reports: dict = {}        # peer -> IterationReport of the last completed iteration
         self.status = StatusView(self)
@@ -248,7 +250,8 @@ class CoordinatorApp:
         self.snapshot = snapshot
         self.status.observe(snapshot)
         self.presence.observe(frozenset(snapshot.online), now)
-        self.slow_peers.observe({p: a.measured_fwd_s_per_layer_sample for p, a in snapshot.online.items()}, now)
+        self.slow_peers.observe({p: a.measured_fwd_s_per_layer_sample for p, a in snapshot.online.items()}, now,
+                                self.witness.times())
         # progress first: a restarted coordinator that missed the stored schedule must follow the
         # epoch the peers run before it plans (a plan from scratch would be an epoch they refuse)
         self.progress.add(await self.records.get_progress())
@@ -265,6 +268,7 @@ class CoordinatorApp:
             self.summaries.append(summary)
             reports = self.last_reports = pending.get(summary.iteration, {})
             self.resync += published.judge(summary.iteration, reports)
+            self.witness.add(published.ran_under(summary.iteration, reports), reports)
             if summary.lost_microbatches:
                 positions = self.ledger.lost(published.ran_under(summary.iteration, reports),
                                              summary.iteration, summary.lost_microbatches)

@@ -9,8 +9,12 @@ slowdown (the planner then gives it less work or none), and one back within `res
 for `hold_s` is planned at its advertised speed again. Ratios to the median, not absolute
 figures: a machine-wide slowdown (a loaded host) demotes nobody.
 
-A member could lie here as in its benchmark; what this catches is a peer slower than it
-claims, which hurts every route it is on, not one claiming to be slow (that only costs it work).
+A member can lie in its advert as in its benchmark, so the origins' round trips witness the
+speed of the peers on their routes too (coordinator/witnessed_speed.py): a peer's ratio is the
+larger of its advertised one and its witnessed one (its time per round trip to the median
+peer's). A witnessed figure is kept for `witness_memory_s` after the routes last identified the
+peer: demoted, it gets less work or none, and so no new figure; once that figure is forgotten
+it is planned as it advertises, and judged again by what it does.
 """
 import dataclasses
 import statistics
@@ -26,6 +30,7 @@ class SlowPolicy:
     demote_ratio: float = 3.0
     restore_ratio: float = 1.5
     hold_s: float = 6.0
+    witness_memory_s: float = 60.0
 
 
 @dataclass
@@ -34,17 +39,22 @@ class SlowPeers:
     factors: dict[str, float] = field(default_factory=dict)     # demoted peer -> its ratio to the median
     planned_with: frozenset[str] = frozenset()                  # the demoted set the current plan used
     _crossing_since: dict[str, float] = field(default_factory=dict)
+    witnessed: dict[str, tuple[float, float]] = field(default_factory=dict)   # peer -> (ratio, when)
 
-    def observe(self, measured: dict[str, float], now: float) -> None:
-        """`measured`: online peers' measured seconds per layer and sample (0: none yet)."""
+    def observe(self, measured: dict[str, float], now: float, witnessed: dict[str, float] | None = None) -> None:
+        """`measured`: online peers' advertised measured seconds per layer and sample (0: none
+        yet); `witnessed`: seconds per round trip of the peers the origins' routes identify."""
         for peer in [p for p in self.factors if p not in measured]:   # gone: its departure re-plans
             del self.factors[peer]
-        known = {p: s for p, s in measured.items() if s > 0}
-        if len(known) < MIN_MEASURED:
-            return
-        median = statistics.median(known.values())
-        for peer, seconds in known.items():
-            ratio = seconds / median
+        for peer, ratio in _ratios_to_median(witnessed or {}).items():
+            self.witnessed[peer] = (ratio, now)
+        for peer in [p for p, (_, when) in self.witnessed.items()
+                     if p not in measured or now - when > self.policy.witness_memory_s]:
+            del self.witnessed[peer]
+        ratios = _ratios_to_median(measured)
+        for peer, (ratio, _) in self.witnessed.items():
+            ratios[peer] = max(ratios.get(peer, 0.0), ratio)
+        for peer, ratio in ratios.items():
             demoted = peer in self.factors
             crossing = ratio <= self.policy.restore_ratio if demoted else ratio >= self.policy.demote_ratio
             if not crossing:
@@ -75,4 +85,16 @@ class SlowPeers:
         return dataclasses.replace(topology, nodes=nodes)
 
     def describe(self) -> str:
-        return ", ".join(f"{p[:8]} x{r:.1f}" for p, r in sorted(self.factors.items())) or "none"
+        """The demoted peers and their ratios; one the origins witnessed is marked (witnessed)."""
+        def seen(peer: str, ratio: float) -> str:
+            return " (witnessed)" if self.witnessed.get(peer, (0.0, 0.0))[0] >= ratio else ""
+        return ", ".join(f"{p[:8]} x{r:.1f}{seen(p, r)}" for p, r in sorted(self.factors.items())) or "none"
+
+
+def _ratios_to_median(seconds: dict[str, float]) -> dict[str, float]:
+    """Each figure over the median of the known (> 0) ones; none with fewer than MIN_MEASURED."""
+    known = {p: s for p, s in seconds.items() if s > 0}
+    if len(known) < MIN_MEASURED:
+        return {}
+    median = statistics.median(known.values())
+    return {p: s / median for p, s in known.items()}

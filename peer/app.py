@@ -28,7 +28,7 @@ from peer.discovery.publisher import LatestPublisher
 from peer.pipeline.checkpoint import CheckpointStore
 from peer.pipeline.handlers import WorkHandlers
 from peer.pipeline.schedule_book import ScheduleBook, StaleSchedule
-from peer.chaos import corrupting, make_hook, parse_faults
+from peer.chaos import claimed_speed, corrupting, make_hook, parse_faults
 from peer.pipeline.rejoin import Isolation
 from peer.pipeline.seat import StageSeat
 from peer.pipeline.worker import IterationOutcome, PipelineWorker, WorkerHooks, WorkerSettings
@@ -104,6 +104,7 @@ class PeerApp:
         self.reachability = None           # the start-up self-test's Reachability
         self.health = Health()             # shared by the worker and the isolation monitor
         self.isolation = Isolation()       # the monitor's verdict, which the worker acts on
+        self.claim_speed = claimed_speed([])   # what the advert says we measure (--fault lie: less)
 
     async def run(self) -> int:
         try:
@@ -214,6 +215,7 @@ class PeerApp:
         faults = parse_faults(cfg.fault) if cfg.fault else []
         if faults:
             logger.warning("FAULT INJECTION ON: %s", cfg.fault)
+        self.claim_speed = claimed_speed(faults)
         # slowdown: an emulated slower device, compute takes x slowdown
         seat = StageSeat(corrupting(runtime.make_runner, faults), checkpoints, slowdown)
         hooks = WorkerHooks(
@@ -354,7 +356,7 @@ class PeerApp:
                 await seat.probe_speed(spec.microbatch_samples, spec.seq_len)
             except Exception as exc:   # a probe racing a stage change: try again next period
                 logger.debug("speed probe failed: %s", exc)
-            measured = seat.speed.current()
+            measured = self.claim_speed(self.worker.ledger.iteration, seat.speed.current())
             advertised = self.announcer.advert.measured_fwd_s_per_layer_sample
             if (measured > 0) != (advertised > 0) or abs(measured - advertised) > 0.2 * advertised:
                 self.announcer.update(measured_fwd_s_per_layer_sample=measured)
@@ -375,7 +377,8 @@ class PeerApp:
             started_at=outcome.started_at, finished_at=outcome.finished_at,
             counts=MicrobatchCounts(**outcome.counts),
             stages_visited=outcome.stages_visited, positions=compress_positions(outcome.positions),
-            lost_microbatches=tuple(outcome.lost_microbatches))
+            lost_microbatches=tuple(outcome.lost_microbatches),
+            **outcome.timed_fields())
         self.reports.append(report)
         self.progress_publisher.kick()   # in the background: the next iteration does not wait for the DHT
 

@@ -12,6 +12,9 @@ SPEC is one or more comma-separated faults:
   badgrad@N[:S]   from iteration N on, the input gradients this peer's backwards return are
                   multiplied by S (default -100): wrong backward gradients, for backward spot
                   checks to catch (its own parameter gradients and spot-check answers stay honest).
+  lie@N[:F]       from iteration N on, this peer's advert claims a measured forward speed F times
+                  faster than it measures (default 10): with stall, a peer slower than it says,
+                  for the origins' witnessed round trips to catch (coordinator/witnessed_speed.py).
 A kill is a real `kill -9` of our own process: no goodbye, no OFFLINE advert.
 """
 import math
@@ -30,11 +33,12 @@ class FaultSpecError(ValueError):
 
 @dataclass(frozen=True)
 class Fault:
-    action: str                       # kill | stall | corrupt | badgrad
+    action: str                       # kill | stall | corrupt | badgrad | lie
     iteration: int
     when: str = "forward"             # kill only
     factor: float = 10.0              # stall: slowdown; corrupt: noise relative to the output's RMS;
-    #                                   badgrad: the factor on the returned gradient
+    #                                   badgrad: the factor on the returned gradient; lie: how much
+    #                                   faster the advert claims it is
 
 
 def parse_faults(spec: str) -> list[Fault]:
@@ -42,19 +46,19 @@ def parse_faults(spec: str) -> list[Fault]:
     for part in filter(None, (p.strip() for p in spec.split(","))):
         action, _, rest = part.partition("@")
         at, _, arg = rest.partition(":")
-        if action not in ("kill", "stall", "corrupt", "badgrad") or not (at.isascii() and at.isdigit()):
+        if action not in ("kill", "stall", "corrupt", "badgrad", "lie") or not (at.isascii() and at.isdigit()):
             raise FaultSpecError(f"bad fault {part!r}: expected kill@N[:forward|backward|between], "
-                                 f"stall@N[:FACTOR], corrupt@N[:SCALE] or badgrad@N[:SCALE]")
+                                 f"stall@N[:FACTOR], corrupt@N[:SCALE], badgrad@N[:SCALE] or lie@N[:FACTOR]")
         if action == "kill":
             when = arg or "forward"
             if when not in WHEN_KINDS:
                 raise FaultSpecError(f"bad fault {part!r}: kill happens at forward, backward or between")
             faults.append(Fault("kill", int(at), when=when))
-        elif action == "stall":
-            factor = _number(part, arg, 10.0, "the stall factor")
+        elif action in ("stall", "lie"):
+            factor = _number(part, arg, 10.0, f"the {action} factor")
             if factor < 1:
-                raise FaultSpecError(f"bad fault {part!r}: the stall factor must be >= 1")
-            faults.append(Fault("stall", int(at), factor=factor))
+                raise FaultSpecError(f"bad fault {part!r}: the {action} factor must be >= 1")
+            faults.append(Fault(action, int(at), factor=factor))
         elif action == "badgrad":
             scale = _number(part, arg, -100.0, "the gradient factor")
             if scale == 1:
@@ -88,6 +92,16 @@ def make_hook(faults: list[Fault], set_slowdown: Callable[[float], None],
             if f.action == "stall" and iteration >= f.iteration:
                 set_slowdown(f.factor)
     return hook
+
+
+def claimed_speed(faults: list[Fault]) -> Callable[[int, float], float]:
+    """(iteration, measured seconds per layer and sample) -> what the advert says: the lie
+    fault's figure from its iteration on, the measured one otherwise."""
+    lie = next((f for f in faults if f.action == "lie"), None)
+
+    def claim(iteration: int, measured: float) -> float:
+        return measured / lie.factor if lie is not None and iteration >= lie.iteration else measured
+    return claim
 
 
 def corrupting(make_runner: Callable, faults: list[Fault]) -> Callable:

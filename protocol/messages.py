@@ -309,6 +309,23 @@ class IterationReport:
     # v1.3: global sample positions trained, as (start, count) pairs, and microbatches lost
     positions: tuple[int, ...] = ()
     lost_microbatches: tuple[int, ...] = ()
+    # v1.9: microbatches that completed on their planned route, and the seconds from sending
+    # each one's first forward to its gradient's return: the coordinator's witness of the
+    # speed of the peers on those routes (coordinator/witnessed_speed.py)
+    timed_microbatches: tuple[int, ...] = ()
+    round_trip_s: tuple[float, ...] = ()
+
+    def __post_init__(self):
+        if len(self.timed_microbatches) != len(self.round_trip_s):
+            raise FieldError("round_trip_s", "needs one figure per timed microbatch")
+        if len(self.round_trip_s) > MAX_TIMED_MICROBATCHES:
+            raise FieldError("round_trip_s", f"at most {MAX_TIMED_MICROBATCHES} microbatches are timed")
+        if not all(math.isfinite(s) and 0 <= s <= MAX_ROUND_TRIP_S for s in self.round_trip_s):
+            raise FieldError("round_trip_s", f"must be finite, within 0-{MAX_ROUND_TRIP_S:.0f} s")
+
+
+MAX_TIMED_MICROBATCHES = 64     # an origin's microbatches in one iteration (the spec allows 64)
+MAX_ROUND_TRIP_S = 3600.0
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from protocol.messages import MAX_ROUND_TRIP_S, MAX_TIMED_MICROBATCHES
 from protocol.schedule import Route
 
 from peer.pipeline.plan_view import Kind
@@ -61,6 +62,7 @@ class OriginEntry:
     head_attempt: int = -1
     loss_sum: float = 0.0
     positions: tuple[int, ...] = ()   # the global sample positions it trains
+    sent_at: float = 0.0              # monotonic time its first forward left (0: not yet)
 
 
 @dataclass
@@ -130,10 +132,17 @@ class IterationOutcome:
     timed_out: bool = False
     positions: list[int] = field(default_factory=list)          # samples trained (origin)
     lost_microbatches: list[int] = field(default_factory=list)
+    round_trips: dict[int, float] = field(default_factory=dict)  # completed on its planned route (origin)
 
     @property
     def completed(self) -> int:
         return self.counts.get(Outcome.COMPLETED, 0)
+
+    def timed_fields(self) -> dict:
+        """IterationReport's round-trip fields (the first MAX_TIMED_MICROBATCHES by id)."""
+        timed = sorted(self.round_trips)[:MAX_TIMED_MICROBATCHES]
+        return {"timed_microbatches": tuple(timed),
+                "round_trip_s": tuple(min(self.round_trips[mb], MAX_ROUND_TRIP_S) for mb in timed)}
 
     @property
     def lost(self) -> int:

@@ -306,6 +306,7 @@ class PipelineWorker:
         try:
             if task.kind == pv.Kind.ORIGIN_FORWARD:
                 out = await self.seat.forward(r.forward_origin, key, work.tensor)
+                st.own[mb].sent_at = time.monotonic()
                 self._fly(st, work.route, 0, 0)
                 send(i, schedule, work.route, task, out, 0)
             elif task.kind == pv.Kind.FORWARD:
@@ -349,8 +350,11 @@ class PipelineWorker:
                                outcome: IterationOutcome) -> None:
         st.flights.pop(mb)
         entry = st.own[mb]
+        returned_at = time.monotonic()
         await self.seat.compute(self.seat.runner.backward_origin, (i, mb), work.tensor)
         entry.outcome = classify(entry.planned, entry.head_route, entry.reissued)
+        if entry.outcome == Outcome.COMPLETED and entry.sent_at > 0:
+            outcome.round_trips[mb] = returned_at - entry.sent_at   # the coordinator's witness of the route
         outcome.loss_sum += entry.loss_sum
         outcome.samples += self.spec.microbatch_samples
         outcome.positions.extend(entry.positions)

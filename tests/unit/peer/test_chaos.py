@@ -208,3 +208,14 @@ def test_badgrad_scales_returned_gradients_from_its_iteration_but_recomputes_hon
     assert torch.allclose(cheat.backward((1, 0), g), -100 * right, rtol=1e-4, atol=1e-5)
     assert torch.allclose(cheat.recompute(x, 0, g), right, atol=1e-6)     # backward-check answers stay honest
     assert torch.allclose(cheat.grad_vector(), honest.grad_vector(), atol=1e-6)   # its own gradients too
+
+
+def test_the_lie_fault_makes_the_advert_claim_a_faster_speed_from_its_iteration_on():
+    from peer.chaos import claimed_speed
+    faults = parse_faults("stall@0:8,lie@3:8")
+    assert faults[1] == Fault("lie", 3, factor=8.0)
+    claim = claimed_speed(faults)
+    assert claim(2, 0.008) == 0.008 and claim(3, 0.008) == 0.001
+    assert claimed_speed(parse_faults("stall@0"))(5, 0.008) == 0.008
+    with pytest.raises(FaultSpecError, match="lie factor must be >= 1"):
+        parse_faults("lie@0:0.5")

@@ -170,6 +170,20 @@ def auto(tp) -> st.SearchStrategy:
     return simple[tp]
 
 
+def _iteration_reports() -> st.SearchStrategy:
+    """Auto-derived, but with as many round trips as timed microbatches (rarely drawn apart)."""
+    hints = typing.get_type_hints(m.IterationReport)
+    base = {f.name: auto(hints[f.name]) for f in dataclasses.fields(m.IterationReport)
+            if f.name not in ("timed_microbatches", "round_trip_s")}
+    timed = st.lists(st.tuples(st.integers(0, 10_000), st.floats(0.0, 3600.0)), max_size=3)
+    return st.builds(lambda kw, pairs: m.IterationReport(**kw, timed_microbatches=tuple(p[0] for p in pairs),
+                                                         round_trip_s=tuple(p[1] for p in pairs)),
+                     st.fixed_dictionaries(base), timed)
+
+
+STRATEGIES[m.IterationReport] = _iteration_reports()
+
+
 def strategy_for(cls) -> st.SearchStrategy:
     return STRATEGIES[cls] if cls in STRATEGIES else auto(cls)
 

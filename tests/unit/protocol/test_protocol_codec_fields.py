@@ -44,6 +44,8 @@ FWD = SAMPLES[2]
 SCHED = SAMPLES[3]
 ADVERT = SAMPLES[4]
 REPORT = LinkReport("a", (LinkMeasurement("b", 1.0, 1e6),))
+TIMED = m.IterationReport("a", 1, 2, 1.0, 2, 16, 0.0, 1.0, m.MicrobatchCounts(completed=2),
+                          timed_microbatches=(0, 1), round_trip_s=(0.5, 0.7))
 
 BAD_FIELDS = [
     # (message, path into the plain body, bad value, expected FieldError.field)
@@ -113,6 +115,11 @@ BAD_FIELDS = [
     (ADVERT, ("measured_fwd_s_per_layer_sample",), -1.0, "measured_fwd_s_per_layer_sample"),
     (m.ProgressRecord("a", ()), ("written_at",), INF, "written_at"),
     (m.ProgressRecord("a", ()), ("written_at",), -1.0, "written_at"),
+    (TIMED, ("round_trip_s",), [0.5], "round_trip_s"),                 # one figure for two microbatches
+    (TIMED, ("round_trip_s", 0), NAN, "round_trip_s[0]"),
+    (TIMED, ("round_trip_s", 1), -0.1, "round_trip_s"),
+    (TIMED, ("round_trip_s", 1), 1e9, "round_trip_s"),
+    (TIMED, ("timed_microbatches",), list(range(65)), "round_trip_s"),
     (REPORT, ("links", 0, "bandwidth_bytes_s"), 0, "links[0].bandwidth_bytes_s"),
     (REPORT, ("links", 0, "rtt_ms"), NAN, "links[0].rtt_ms"),
     (m.ErrorReply(ErrorCode.INTERNAL, "x"), ("code",), 999, "code"),
