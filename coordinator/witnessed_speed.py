@@ -32,13 +32,16 @@ IDENTIFIED = 1e-6       # how close a peer's row of the fit's projection must be
 
 @dataclass
 class WitnessedSpeed:
-    window: int = 128          # round trips kept (all origins together)
-    min_samples: int = 6       # a peer on fewer of them gets no figure
+    window: int = 48           # round trips kept (all origins together): ~6 iterations of 8 microbatches,
+    #                            so that a peer that slowed down shows within a few iterations
+    min_samples: int = 4       # a peer on fewer of them gets no figure
     samples: collections.deque = field(default_factory=collections.deque)  # (origin, peers, seconds)
 
     def add(self, schedule: Schedule | None, reports: dict[str, IterationReport]) -> None:
-        """One summarised iteration's reports, under the schedule it ran under."""
-        if schedule is None:
+        """One summarised iteration's reports, under the schedule it ran under. Not one with a
+        microbatch rerouted, reissued or lost: a fault reshapes the loads, and the replica that
+        took a dead one's work would look slow (bench/faults.py, a stopped replica)."""
+        if schedule is None or any(_disturbed(r) for r in reports.values()):
             return
         routes = {r.microbatch_id: r for r in schedule.routes}
         for origin, report in reports.items():
@@ -74,3 +77,8 @@ class WitnessedSpeed:
             if np.abs(projection[k] - unit).max() < IDENTIFIED:
                 found[p] = max(0.0, float(solution[k]))
         return found
+
+
+def _disturbed(report: IterationReport) -> bool:
+    c = report.counts
+    return bool(c.rerouted or c.skipped_stage or c.reissued or c.lost)

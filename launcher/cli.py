@@ -51,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chaos", default="", metavar="SPEC",
                    help="inject faults to watch recovery, e.g. kill:1@iter3,stall:2@iter5 (peer index, "
                         "iteration; kill:P@iterN:backward kills mid-backward; corrupt:P@iterN sends wrong "
-                        "activations; pause:P@iterN:S stops the peer with SIGSTOP for S seconds, default 15). Peers then get stages round-robin (peer P hosts stage P mod --stages) "
+                        "activations; lie:P@iterN:F makes its advert claim an F times faster measured speed; "
+                        "pause:P@iterN:S stops the peer with SIGSTOP for S seconds, default 15). Peers then get stages round-robin (peer P hosts stage P mod --stages) "
                         "so you know whom you hit, and skip the layer benchmark (all equally fast to "
                         "the planner; --topology slowdowns still apply)")
     p.add_argument("--share-dtype", choices=SHARE_DTYPES, default=None,

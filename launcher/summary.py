@@ -65,10 +65,12 @@ def data_summary(app) -> dict:
 
 
 def ban_summary(app) -> dict:
-    """Bans and spot checks, and the peers demoted by measured speed when the run ended (a
-    demotion near the end may have had no re-plan to show up in `replans`)."""
+    """Bans and spot checks, the peers demoted by measured speed when the run ended (a
+    demotion near the end may have had no re-plan to show up in `replans`), and the witnessed
+    ratios to the median that the origins' round trips gave each peer (coordinator/witnessed_speed.py)."""
     return {"banned": dict(app.bans.banned), "spot_checks": dict(app.bans.counts),
-            "slow_peers": {p: round(r, 2) for p, r in app.slow_peers.factors.items()}}
+            "slow_peers": {p: round(r, 2) for p, r in app.slow_peers.factors.items()},
+            "witnessed": {p: round(r, 2) for p, (r, _) in app.slow_peers.witnessed.items()}}
 
 
 def main_epoch(summaries: list[IterationSummary]) -> int | None:

@@ -75,7 +75,8 @@ def test_a_stalled_peer_slows_and_a_stopped_one_pauses_but_neither_breaks_traini
     # misses meanwhile once made it, and the replica waiting for its share, wait out the 120 s
     # iteration timeout and lose microbatches after it resumed (issue 25)
     topology = write_uniform_topology(tmp_path / "uniform.json")
-    summary, out = run_chaos(tmp_path, "stall:2@iter3:10,pause:1@iter6:8", 12, "1/3", 4, "--topology", str(topology),
+    summary, out = run_chaos(tmp_path, "stall:2@iter3:10,lie:2@iter3:10,pause:1@iter6:8", 12, "1/3", 4,
+                             "--topology", str(topology),
                              "--microbatch-samples", "16", "--seq-len", "128")
     rows = summary["iterations"]
     assert_accounted(rows, per_iteration=2 * 4)
@@ -85,13 +86,16 @@ def test_a_stalled_peer_slows_and_a_stopped_one_pauses_but_neither_breaks_traini
     assert "peer 1 stopped (SIGSTOP)" in out and "peer 1 resumed" in out
     assert max(r["duration_s"] for r in rows[6:]) < 40, rows       # nobody waited out the timeout
     assert summary["last_loss"] < summary["first_loss"]
-    # the stalled peer advertised what it measured, and the coordinator demoted it by that
-    # (its benchmark, and the topology file, say it is as fast as the rest): in a re-plan, or,
-    # when the demotion came too close to the run's end for one, in its final state
+    # the stalled peer's advert hides its slowdown (lie: it claims the speed it had), as do its
+    # benchmark and the topology file; the origins' round trips show it, and the coordinator
+    # demoted it by them: in a re-plan, or, when the demotion came too close to the run's end
+    # for one, in its final state
     stalled = re.search(r"peer (\w{12}) state=", (tmp_path / "logs" / "peer2.log").read_text()).group(1)
     demoted = {p[:12]: ratio for r in summary["replans"] for p, ratio in r["slow_peers"].items()}
     demoted.update({p[:12]: ratio for p, ratio in summary["slow_peers"].items()})
-    assert list(demoted) == [stalled] and demoted[stalled] >= 3, (summary["replans"], summary["slow_peers"])
+    # (witnessed ratios carry the overheads every route shares: 2.9 for this 10x stall)
+    assert list(demoted) == [stalled] and demoted[stalled] >= 2, (summary["replans"], summary["slow_peers"],
+                                                                  summary["witnessed"])
 
 
 def test_a_late_joiner_gets_the_stage_state_then_a_restarted_coordinator_continues(tmp_path):

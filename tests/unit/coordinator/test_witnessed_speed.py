@@ -82,3 +82,35 @@ def test_a_peer_that_advertises_fast_but_is_witnessed_slow_is_demoted_then_forgi
     slow.observe(adverts, 40.0, {})
     slow.observe(adverts, 46.0, {})
     assert slow.factors == {}
+
+
+def test_an_iteration_with_a_rerouted_microbatch_witnesses_nothing():
+    """A stopped replica's work goes to the other one, which then looks slow: not its speed."""
+    import dataclasses
+    schedule, witness = make_schedule("t", STAGE_OF, SKIPPING), WitnessedSpeed()
+    reports = reports_for(schedule, 0.0, random.Random(0))
+    reports["o2"] = dataclasses.replace(reports["o2"], counts=MicrobatchCounts(completed=3, rerouted=1))
+    witness.add(schedule, reports)
+    assert not witness.samples
+
+
+def test_witnessed_ratios_demote_from_2x_and_restore_only_at_the_median():
+    """Demoted, a slow peer queues less and its witnessed ratio drops (2.9, then 1.4 for a 10x
+    stall in tests/swarm/test_churn.py): planned at what it shows, restored only at the median."""
+    slow = SlowPeers(SlowPolicy(hold_s=6.0))
+    adverts = {p: 0.001 for p in ("a", "b", "c", "d")}
+
+    def seen(d: float) -> dict:
+        return {"a": 1.0, "b": 1.1, "c": 0.9, "d": d}
+    for t in (0.0, 6.0):
+        slow.observe(adverts, t, seen(1.9))
+    assert slow.factors == {}
+    for t in (10.0, 16.0):
+        slow.observe(adverts, t, seen(2.5))
+    assert 2.2 < slow.factors["d"] < 2.6
+    for t in (20.0, 30.0):
+        slow.observe(adverts, t, seen(1.4))
+    assert 1.2 < slow.factors["d"] < 1.5            # still demoted, planned at what it shows
+    for t in (40.0, 46.0):
+        slow.observe(adverts, t, seen(0.95))
+    assert slow.factors == {}

@@ -118,6 +118,9 @@ def test_parse_chaos_valid():
     assert parse_chaos("kill:1@iter3:backward, stall:1@iter0:2.5", peers=2)[0] == \
         {1: "kill@3:backward,stall@0:2.5"}
     assert parse_chaos("", peers=3) == ({}, [])
+    assert parse_chaos("stall:2@iter3:10,lie:2@iter3:10", peers=3)[0] == {2: "stall@3:10,lie@3:10"}
+    with pytest.raises(ChaosSpecError, match="lie factor"):
+        parse_chaos("lie:0@iter1:0.5", peers=2)
 
 
 def test_parse_chaos_output_is_what_the_peer_parses():
