@@ -40,8 +40,8 @@ class CoordinatorRecords(RunRecords):
         return await self._store(ids.spec_key(self.run), record, SPEC_TTL_S, subkey=self.owner_subkey)
 
     async def put_schedule(self, schedule: Schedule, previous: Schedule | None = None) -> bool:
-        """The new schedule, and the one it follows (`previous`) under its own key: peers read
-        only the first, a restarted coordinator both."""
+        """The new schedule, and the one the swarm runs until it starts (`previous`) under its
+        own key: peers read only the first, a restarted coordinator both."""
         if previous is not None:
             await self._store(ids.previous_schedule_key(self.run), sign("schedule", codec.encode(previous), self.organiser),
                               SCHEDULE_TTL_S, subkey=self.owner_subkey)

@@ -144,3 +144,24 @@ def test_a_restarted_coordinator_accounts_the_iterations_before_a_stored_epoch_t
     assert app.ledger.lost(app.published.ran_under(100, {}), 100, [1]) == []
     assert app.ledger.lost(app.published.ran_under(130, {}), 130, [1]) == microbatch_positions(before, 2, 130, 1)
     assert app.ledger.pending == microbatch_positions(before, 2, 130, 1)
+
+
+def test_the_schedule_stored_beside_a_new_one_is_the_one_the_swarm_runs():
+    """Two re-plans a few seconds apart, both ahead of the swarm (epochs 6 from 138, then 7 from
+    137, with the swarm at 128 under epoch 5): a restart must find epoch 5, not 6."""
+    import dataclasses
+    from bench.support.memory_swarm import make_schedule
+    from coordinator.app import CoordinatorApp
+    from coordinator.config import CoordinatorConfig
+    from coordinator.iteration_summaries import summarize
+    app = CoordinatorApp(CoordinatorConfig(run="t", num_stages=2, skip_ratio=0.0))
+    assert app._running_schedule() is None
+    routes = make_schedule("t", {"a": 0, "m": 1}, {0: ["a", "m"]}, epoch=5)
+    running = dataclasses.replace(routes, start_iteration=90)
+    app._adopt(running)
+    assert app._running_schedule() is running               # nothing summarised yet: the newest
+    app._adopt(dataclasses.replace(routes, epoch=6, start_iteration=138))
+    ran = dataclasses.replace(report("a", 128), epoch=5)
+    app.summaries.append(summarize(128, [ran]))
+    app.last_reports = {"a": ran}
+    assert app._running_schedule() is running
