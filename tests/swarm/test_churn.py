@@ -142,4 +142,13 @@ def test_a_late_joiner_gets_the_stage_state_then_a_restarted_coordinator_continu
     # the peers did not start over: one consecutive run of iterations, on past the restart
     assert [s.iteration for s in after] == list(range(after[0].iteration, after[0].iteration + len(after)))
     assert after[-1].iteration > last_seen + 2
-    assert all(s.lost == 0 and s.completed > 0 for s in after)
+    # the restarted coordinator accounts again what the reports still hold (from the epoch the
+    # swarm ran, stored beside the newest): the same figures as the first one's
+    first = {s.iteration: s for s in joined}
+    def counts(s):
+        return s.completed, s.rerouted, s.skipped_stage, s.reissued, s.lost
+    again = [s for s in after if s.iteration in first]
+    assert all(counts(s) == counts(first[s.iteration]) for s in again), \
+        [(s.iteration, counts(s), counts(first[s.iteration])) for s in again]
+    new = [s for s in after if s.iteration > last_seen]
+    assert new and all(s.lost == 0 and s.completed > 0 for s in new), [(s.iteration, counts(s)) for s in new]
