@@ -92,9 +92,12 @@ def test_a_stalled_peer_slows_and_a_stopped_one_pauses_but_neither_breaks_traini
     # demoted it by them: in a re-plan, or, when the demotion came too close to the run's end
     # for one, in its final state
     stalled = re.search(r"peer (\w{12}) state=", (tmp_path / "logs" / "peer2.log").read_text()).group(1)
-    demoted = {p[:12]: ratio for r in summary["replans"] for p, ratio in r["slow_peers"].items()}
-    demoted.update({p[:12]: ratio for p, ratio in summary["slow_peers"].items()})
-    # (witnessed ratios carry the overheads every route shares: 2.9 for this 10x stall)
+    # (witnessed ratios carry the overheads every route shares: 2.4-4.8 for this 10x stall; once
+    # demoted it gets less work and is planned at the lower ratio it then shows: the highest counts)
+    demoted: dict[str, float] = {}
+    for p, ratio in [*((p, r) for plan in summary["replans"] for p, r in plan["slow_peers"].items()),
+                     *summary["slow_peers"].items()]:
+        demoted[p[:12]] = max(demoted.get(p[:12], 0.0), ratio)
     assert list(demoted) == [stalled] and demoted[stalled] >= 2, (summary["replans"], summary["slow_peers"],
                                                                   summary["witnessed"])
 
