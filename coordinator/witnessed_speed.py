@@ -36,6 +36,7 @@ class WitnessedSpeed:
     #                            so that a peer that slowed down shows within a few iterations
     min_samples: int = 4       # a peer on fewer of them gets no figure
     samples: collections.deque = field(default_factory=collections.deque)  # (origin, peers, seconds)
+    _fitted: dict[str, float] | None = None   # times() of the current samples (the coordinator asks every round)
 
     def add(self, schedule: Schedule | None, reports: dict[str, IterationReport]) -> None:
         """One summarised iteration's reports, under the schedule it ran under. Not one with a
@@ -50,12 +51,18 @@ class WitnessedSpeed:
                 if route is None or route.origin != origin:
                     continue   # not this origin's microbatch in that epoch: a report to ignore
                 self.samples.append((origin, tuple(sorted({h.peer for h in route.hops} - {origin})), seconds))
+                self._fitted = None
         while len(self.samples) > self.window:
             self.samples.popleft()
 
     def times(self) -> dict[str, float]:
         """Seconds each identified peer adds to a round trip (its forward, backward, queue and
         incoming link), fitted over the window."""
+        if self._fitted is None:
+            self._fitted = self._fit()
+        return self._fitted
+
+    def _fit(self) -> dict[str, float]:
         counts = collections.Counter(p for _, peers, _ in self.samples for p in peers)
         peers = sorted(p for p, n in counts.items() if n >= self.min_samples)
         column = {name: k for k, name in enumerate(peers)}
@@ -67,8 +74,9 @@ class WitnessedSpeed:
         for r, (route_peers, _) in enumerate(rows):
             for p in route_peers:
                 a[r, column[p]] = 1.0
-        solution = np.linalg.lstsq(a, b, rcond=None)[0]
-        projection = np.linalg.pinv(a) @ a    # row k is a unit vector iff unknown k is determined
+        inverse = np.linalg.pinv(a)           # one decomposition for both: the least squares fit,
+        solution = inverse @ b
+        projection = inverse @ a              # and row k is a unit vector iff unknown k is determined
         found = {}
         for p in peers:
             k = column[p]

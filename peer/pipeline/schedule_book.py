@@ -77,8 +77,10 @@ class ScheduleBook:
     def follow(self, epoch: int, iteration: int) -> None:
         """Work of `epoch` for `iteration` arrived from the origins' side: an epoch late here
         that covers the iteration is theirs, so ours from now on."""
+        if epoch not in self._late:
+            return   # every request passes here: the common case costs a set lookup
         schedule = next((s for s in self._schedules if s.epoch == epoch), None)
-        if epoch in self._late and schedule is not None and schedule.start_iteration <= iteration:
+        if schedule is not None and schedule.start_iteration <= iteration:
             self._late.discard(epoch)
             logger.info("the origins run epoch %d at iteration %d: following it", epoch, iteration)
 
