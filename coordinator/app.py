@@ -36,7 +36,7 @@ from coordinator.iteration_summaries import IterationSummary, ProgressTracker
 from coordinator.run_files import (load_or_create_join_key, load_organiser, remove_stale_maddrs_file,
                                    write_maddrs_file)
 from coordinator.replanner import CollapseGuard, PresenceTracker, ReplanPolicy, switch_from_progress
-from coordinator.slow_peers import SlowPeers
+from coordinator.slow_peers import SlowPeers, late_reports
 from coordinator.witnessed_speed import WitnessedSpeed
 from coordinator.status_page import StatusView
 from coordinator.advert_check import AdvertGate
@@ -251,7 +251,8 @@ class CoordinatorApp:
         self.status.observe(snapshot)
         self.presence.observe(frozenset(snapshot.online), now)
         self.slow_peers.observe({p: a.measured_fwd_s_per_layer_sample for p, a in snapshot.online.items()}, now,
-                                self.witness.times())
+                                self.witness.times(),
+                                late_reports(snapshot.online, self.published.all[-1] if self.published.all else None))
         # progress first: a restarted coordinator that missed the stored schedule must follow the
         # epoch the peers run before it plans (a plan from scratch would be an epoch they refuse)
         self.progress.add(await self.records.get_progress())

@@ -19,6 +19,10 @@ it is planned as it advertises, and judged again by what it does.
 import dataclasses
 import statistics
 from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+from protocol.adverts import PeerAdvert
+from protocol.schedule import Schedule
 
 from protocol.topology import Topology
 
@@ -39,6 +43,8 @@ class SlowPolicy:
     # is as slow as before (10x compute: 2.9 demoted, then 1.4), so it counts as keeping time
     # again only at the median; meanwhile it is planned at the ratio it shows
     witnessed_restore_ratio: float = 1.0
+    late_factor: float = 10.0
+    late_memory_s: float = 20.0
 
 
 @dataclass
@@ -48,10 +54,13 @@ class SlowPeers:
     planned_with: frozenset[str] = frozenset()                  # the demoted set the current plan used
     _crossing_since: dict[str, float] = field(default_factory=dict)
     witnessed: dict[str, tuple[float, float]] = field(default_factory=dict)   # peer -> (ratio, when)
+    late_since: dict[str, float] = field(default_factory=dict)               # peer -> last named late
 
-    def observe(self, measured: dict[str, float], now: float, witnessed: dict[str, float] | None = None) -> None:
+    def observe(self, measured: dict[str, float], now: float, witnessed: dict[str, float] | None = None,
+                late: Iterable[str] = ()) -> None:
         """`measured`: online peers' advertised measured seconds per layer and sample (0: none
-        yet); `witnessed`: seconds per round trip of the peers the origins' routes identify."""
+        yet); `witnessed`: seconds per round trip of the peers the origins' routes identify;
+        `late`: peers a planned neighbour names as late (late_reports)."""
         for peer in [p for p in self.factors if p not in measured]:   # gone: its departure re-plans
             del self.factors[peer]
         for peer, ratio in _ratios_to_median(witnessed or {}).items():
@@ -59,8 +68,11 @@ class SlowPeers:
         for peer in [p for p, (_, when) in self.witnessed.items()
                      if p not in measured or now - when > self.policy.witness_memory_s]:
             del self.witnessed[peer]
+        self._observe_late(measured, now, late)
         advertised = _ratios_to_median(measured)
-        for peer in set(advertised) | set(self.witnessed):
+        for peer in set(advertised) | set(self.witnessed) | set(self.factors):
+            if peer in self.late_since:
+                continue
             said, seen = advertised.get(peer, 0.0), self.witnessed.get(peer, (0.0, 0.0))[0]
             ratio = max(said, seen)
             demoted = peer in self.factors
@@ -82,6 +94,15 @@ class SlowPeers:
             else:
                 self.factors[peer] = ratio
 
+    def _observe_late(self, measured: dict[str, float], now: float, late: Iterable[str]) -> None:
+        for peer in late:
+            if peer in measured:
+                self.late_since[peer] = now
+                self.factors[peer] = max(self.factors.get(peer, 1.0), self.policy.late_factor)
+                self._crossing_since.pop(peer, None)
+        for peer in [p for p, when in self.late_since.items() if p not in measured or now - when > self.policy.late_memory_s]:
+            del self.late_since[peer]
+
     def pending(self) -> bool:
         """The demoted set differs from what the current plan used: a re-plan is due."""
         return frozenset(self.factors) != self.planned_with
@@ -98,6 +119,8 @@ class SlowPeers:
     def describe(self) -> str:
         """The demoted peers and their ratios; one the origins witnessed is marked (witnessed)."""
         def seen(peer: str, ratio: float) -> str:
+            if peer in self.late_since:
+                return " (late)"
             return " (witnessed)" if self.witnessed.get(peer, (0.0, 0.0))[0] >= ratio else ""
         return ", ".join(f"{p[:8]} x{r:.1f}{seen(p, r)}" for p, r in sorted(self.factors.items())) or "none"
 
@@ -109,3 +132,15 @@ def _ratios_to_median(seconds: dict[str, float]) -> dict[str, float]:
         return {}
     median = statistics.median(known.values())
     return {p: s / median for p, s in known.items()}
+
+
+def late_reports(adverts: Mapping[str, PeerAdvert], schedule: Schedule | None) -> set[str]:
+    """Peers named late by a member of `schedule` that hands them work: both planned, on
+    different stages (replicas of a stage never hand each other a microbatch). A member can
+    still name a neighbour falsely; that costs the neighbour work for a while, not its place."""
+    if schedule is None:
+        return set()
+    stage_of = schedule.stage_of()
+    return {accused for reporter, advert in adverts.items() if reporter in stage_of
+            for accused in advert.late_peers
+            if accused in stage_of and accused != reporter and stage_of[accused] != stage_of[reporter]}

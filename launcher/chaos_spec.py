@@ -2,8 +2,9 @@
 
 SPEC: comma-separated `kill:P@iterN[:forward|backward|between]`, `stall:P@iterN[:FACTOR]`,
 `lie:P@iterN[:FACTOR]` (an advert claiming a faster measured speed), `corrupt:P@iterN[:SCALE]`
-(wrong activations, for spot checks) or `pause:P@iterN[:SECONDS]` (SIGSTOP, then SIGCONT),
-where P is the peer's index (local-P). Each peer receives its kill, stall, lie and corrupt
+(wrong activations, for spot checks), `hang:P@iterN[:SECONDS]` (forwards taken and dropped,
+pings answered: for hop deadlines) or `pause:P@iterN[:SECONDS]` (SIGSTOP, then SIGCONT),
+where P is the peer's index (local-P). Each peer receives its kill, stall, lie, corrupt and hang
 faults as `--fault` and applies them itself (so a kill can land mid-forward or
 mid-backward; see peer/chaos.py); pauses are the launcher's (launcher/pauses.py).
 """
@@ -11,7 +12,7 @@ import re
 
 from launcher.pauses import Pause
 
-_FAULT = re.compile(r"^(kill|stall|lie|corrupt|pause):(\d+)@iter(\d+)(?::([a-z]+|\d+(?:\.\d+)?))?$")
+_FAULT = re.compile(r"^(kill|stall|lie|corrupt|hang|pause):(\d+)@iter(\d+)(?::([a-z]+|\d+(?:\.\d+)?))?$")
 _KILL_WHEN = ("forward", "backward", "between")
 
 
@@ -27,8 +28,8 @@ def parse_chaos(spec: str, peers: int) -> tuple[dict[int, str], list[Pause]]:
         match = _FAULT.match(part)
         if match is None:
             raise ChaosSpecError(f"bad chaos fault {part!r}: expected kill:P@iterN[:forward|backward|between], "
-                                 f"stall:P@iterN[:FACTOR], lie:P@iterN[:FACTOR], corrupt:P@iterN[:SCALE] or "
-                                 f"pause:P@iterN[:SECONDS]")
+                                 f"stall:P@iterN[:FACTOR], lie:P@iterN[:FACTOR], corrupt:P@iterN[:SCALE], "
+                                 f"hang:P@iterN[:SECONDS] or pause:P@iterN[:SECONDS]")
         action, peer, iteration, arg = match.group(1), int(match.group(2)), int(match.group(3)), match.group(4)
         if peer >= peers:
             raise ChaosSpecError(f"chaos fault {part!r}: there is no peer {peer} (peers are 0..{peers - 1})")
@@ -38,9 +39,9 @@ def parse_chaos(spec: str, peers: int) -> tuple[dict[int, str], list[Pause]]:
             raise ChaosSpecError(f"chaos fault {part!r}: the {action} factor must be a number >= 1")
         if action == "corrupt" and arg is not None and (not arg.replace(".", "", 1).isdigit() or float(arg) <= 0):
             raise ChaosSpecError(f"chaos fault {part!r}: the corruption scale must be a number > 0")
+        if action in ("pause", "hang") and arg is not None and (not arg.replace(".", "", 1).isdigit() or float(arg) <= 0):
+            raise ChaosSpecError(f"chaos fault {part!r}: the {action} must be a number of seconds > 0")
         if action == "pause":
-            if arg is not None and (not arg.replace(".", "", 1).isdigit() or float(arg) <= 0):
-                raise ChaosSpecError(f"chaos fault {part!r}: the pause must be a number of seconds > 0")
             pauses.append(Pause(peer, iteration, float(arg)) if arg else Pause(peer, iteration))
             continue
         faults.setdefault(peer, []).append(f"{action}@{iteration}" + (f":{arg}" if arg else ""))

@@ -52,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="inject faults to watch recovery, e.g. kill:1@iter3,stall:2@iter5 (peer index, "
                         "iteration; kill:P@iterN:backward kills mid-backward; corrupt:P@iterN sends wrong "
                         "activations; lie:P@iterN:F makes its advert claim an F times faster measured speed; "
+                        "hang:P@iterN:S makes it drop the forwards it takes for S seconds, default 20; "
                         "pause:P@iterN:S stops the peer with SIGSTOP for S seconds, default 15). Peers then get stages round-robin (peer P hosts stage P mod --stages) "
                         "so you know whom you hit, and skip the layer benchmark (all equally fast to "
                         "the planner; --topology slowdowns still apply)")

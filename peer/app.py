@@ -11,7 +11,7 @@ from opsweb.lifecycle import Lifecycle
 from opsweb.server import StatusServer
 from opsweb.stopping import run_until_stopped, shutdown_dht
 
-from protocol.adverts import LinkReport, PeerState
+from protocol.adverts import MAX_LATE_PEERS, LinkReport, PeerState
 from protocol.errors import ProtocolError
 from protocol.messages import IterationReport, MicrobatchCounts, ProgressRecord, RunSpec
 
@@ -222,7 +222,8 @@ class PeerApp:
             batch=runtime.batch, on_iteration=self._on_iteration, refresh_schedule=self.refresh_schedule,
             publish_spot_checks=lambda record: self.records.put_spot_checks(record, ttl_s=SPOT_CHECKS_TTL_S),
             read_progress=self.records.get_progress,
-            fault=make_hook(faults, seat.set_slowdown) if faults else None)
+            fault=make_hook(faults, seat.set_slowdown) if faults else None,
+            on_late=self._advertise_late)
         settings = WorkerSettings(
             max_activations=cfg.max_activations, rpc_timeout_s=cfg.rpc_timeout_s,
             iteration_timeout_s=cfg.iteration_timeout_s, spot_check_rate=cfg.spot_check_rate,
@@ -360,6 +361,14 @@ class PeerApp:
             advertised = self.announcer.advert.measured_fwd_s_per_layer_sample
             if (measured > 0) != (advertised > 0) or abs(measured - advertised) > 0.2 * advertised:
                 self.announcer.update(measured_fwd_s_per_layer_sample=measured)
+            self._advertise_late(self.health.late_peers())   # marks lapse here
+
+    def _advertise_late(self, peers: tuple[str, ...]) -> None:
+        """The peers that missed our hop deadlines, for the coordinator to plan around (at once
+        when one is marked; a lapsed mark leaves with the next speed advert)."""
+        peers = peers[:MAX_LATE_PEERS]
+        if peers != self.announcer.advert.late_peers:
+            self.announcer.update(late_peers=peers)
 
     async def _print_status(self) -> None:
         while True:

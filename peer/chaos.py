@@ -15,11 +15,16 @@ SPEC is one or more comma-separated faults:
   lie@N[:F]       from iteration N on, this peer's advert claims a measured forward speed F times
                   faster than it measures (default 10): with stall, a peer slower than it says,
                   for the origins' witnessed round trips to catch (coordinator/witnessed_speed.py).
+  hang@N[:S]      from iteration N on, for S seconds (default 20) from the first one, this peer
+                  takes the forwards it is sent and never runs them, while it answers pings: a hung
+                  worker or a volunteer that drops work, for hop deadlines to catch
+                  (peer/pipeline/hop_deadlines.py).
 A kill is a real `kill -9` of our own process: no goodbye, no OFFLINE advert.
 """
 import math
 import os
 import signal
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -33,12 +38,12 @@ class FaultSpecError(ValueError):
 
 @dataclass(frozen=True)
 class Fault:
-    action: str                       # kill | stall | corrupt | badgrad | lie
+    action: str                       # kill | stall | corrupt | badgrad | lie | hang
     iteration: int
     when: str = "forward"             # kill only
     factor: float = 10.0              # stall: slowdown; corrupt: noise relative to the output's RMS;
     #                                   badgrad: the factor on the returned gradient; lie: how much
-    #                                   faster the advert claims it is
+    #                                   faster the advert claims it is; hang: seconds
 
 
 def parse_faults(spec: str) -> list[Fault]:
@@ -46,9 +51,10 @@ def parse_faults(spec: str) -> list[Fault]:
     for part in filter(None, (p.strip() for p in spec.split(","))):
         action, _, rest = part.partition("@")
         at, _, arg = rest.partition(":")
-        if action not in ("kill", "stall", "corrupt", "badgrad", "lie") or not (at.isascii() and at.isdigit()):
+        if action not in ("kill", "stall", "corrupt", "badgrad", "lie", "hang") or not (at.isascii() and at.isdigit()):
             raise FaultSpecError(f"bad fault {part!r}: expected kill@N[:forward|backward|between], "
-                                 f"stall@N[:FACTOR], corrupt@N[:SCALE], badgrad@N[:SCALE] or lie@N[:FACTOR]")
+                                 f"stall@N[:FACTOR], corrupt@N[:SCALE], badgrad@N[:SCALE], lie@N[:FACTOR] "
+                                 f"or hang@N[:SECONDS]")
         if action == "kill":
             when = arg or "forward"
             if when not in WHEN_KINDS:
@@ -59,6 +65,11 @@ def parse_faults(spec: str) -> list[Fault]:
             if factor < 1:
                 raise FaultSpecError(f"bad fault {part!r}: the {action} factor must be >= 1")
             faults.append(Fault(action, int(at), factor=factor))
+        elif action == "hang":
+            seconds = _number(part, arg, 20.0, "the hang's seconds")
+            if seconds <= 0:
+                raise FaultSpecError(f"bad fault {part!r}: the hang lasts > 0 seconds")
+            faults.append(Fault("hang", int(at), factor=seconds))
         elif action == "badgrad":
             scale = _number(part, arg, -100.0, "the gradient factor")
             if scale == 1:
@@ -83,14 +94,25 @@ def _number(part: str, arg: str, default: float, what: str) -> float:
 
 
 def make_hook(faults: list[Fault], set_slowdown: Callable[[float], None],
-              kill: Callable[[], None] = lambda: os.kill(os.getpid(), signal.SIGKILL)):
-    """A worker fault hook: called with (iteration, task kind name or "START")."""
-    def hook(iteration: int, kind: str) -> None:
+              kill: Callable[[], None] = lambda: os.kill(os.getpid(), signal.SIGKILL),
+              clock: Callable[[], float] = time.monotonic):
+    """A worker fault hook: called with (iteration, task kind name or "START"); True: drop the
+    task (hang)."""
+    hang_began: dict[Fault, float] = {}
+
+    def hanging(f: Fault, iteration: int, kind: str) -> bool:
+        if iteration < f.iteration or kind != "FORWARD":
+            return False
+        began = hang_began.setdefault(f, clock())
+        return clock() - began < f.factor
+
+    def hook(iteration: int, kind: str) -> bool:
         for f in faults:
             if f.action == "kill" and iteration >= f.iteration and kind in WHEN_KINDS[f.when]:
                 kill()
             if f.action == "stall" and iteration >= f.iteration:
                 set_slowdown(f.factor)
+        return any(hanging(f, iteration, kind) for f in faults if f.action == "hang")
     return hook
 
 

@@ -175,7 +175,7 @@ def _testing_flags(p: argparse.ArgumentParser) -> None:
     """Fault injection, metrics and emulation (testing and operations)."""
     g = p.add_argument_group("metrics and testing")
     g.add_argument("--fault", type=fault_spec, default="", metavar="SPEC",
-                   help="testing only: inject faults, e.g. kill@3:backward, stall@5:10, corrupt@2 or badgrad@2 "
+                   help="testing only: inject faults, e.g. kill@3:backward, stall@5:10, corrupt@2, badgrad@2 or hang@4:20 "
                         "(see peer/chaos.py)")
     g.add_argument("--metrics-port", type=port_or_off, default=None, metavar="PORT|off",
                    help="serve Prometheus /metrics and /api/status on this port (0: any free port; default: off)")

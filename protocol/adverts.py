@@ -13,7 +13,9 @@ class PeerState(IntEnum):
     OFFLINE = 2
 
 
-STAGE_AUTO = -1  # the peer waits for the coordinator to assign it a stage
+STAGE_AUTO = -1
+MAX_LATE_PEERS = 16
+MAX_PEER_ID_CHARS = 128  # the peer waits for the coordinator to assign it a stage
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,9 @@ class PeerAdvert:
     # v1.7: fwd_s_per_layer_sample as measured while training (0: not yet); the coordinator
     # demotes peers far slower than the swarm by it (coordinator/slow_peers.py)
     measured_fwd_s_per_layer_sample: float = 0.0
+    # v1.10: peers that missed one of our hop deadlines lately (peer/pipeline/hop_deadlines.py):
+    # the coordinator plans around them for a while (coordinator/slow_peers.py)
+    late_peers: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.memory_free_bytes < 0:
@@ -57,6 +62,9 @@ class PeerAdvert:
             raise FieldError("layer_end", "layer range must satisfy 0 <= start <= end")
         if self.memory_microbatches < 1:
             raise FieldError("memory_microbatches", "must be >= 1")
+        if len(self.late_peers) > MAX_LATE_PEERS or not all(
+                isinstance(p, str) and 0 < len(p) <= MAX_PEER_ID_CHARS for p in self.late_peers):
+            raise FieldError("late_peers", f"at most {MAX_LATE_PEERS} peer ids of 1-{MAX_PEER_ID_CHARS} characters")
         if len(self.reachability) > 32:
             raise FieldError("reachability", "at most 32 characters")
 

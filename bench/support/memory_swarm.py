@@ -60,8 +60,10 @@ def kill_hook(network: MemoryNetwork, peer: str, iteration: int, kind: str):
 
 async def build_memory_swarm(spec: m.RunSpec, schedule: Schedule, batch, timeout: float = 60.0,
                              kill: dict[str, tuple[int, str]] | None = None, share_dtype: str = "float32",
-                             wire_compression: str = "auto"):
+                             wire_compression: str = "auto", faults: dict | None = None, **settings):
     """Workers (serving, not yet running) for every peer of `schedule`, and their network.
+    `faults`: peer -> a fault hook of its own (peer/chaos.py make_hook); `settings`: more
+    WorkerSettings fields for every peer.
     `kill`: peer -> (iteration, task kind) at which that peer dies. `share_dtype`: float32
     (exact, so results can be compared with one process), or the peers' default float16.
     `wire_compression`: the peers' --wire-compression (auto: what the schedule's `wire` says)."""
@@ -71,12 +73,12 @@ async def build_memory_swarm(spec: m.RunSpec, schedule: Schedule, batch, timeout
         book = ScheduleBook()
         book.add(schedule)
         transport = network.transport(peer)
-        fault = kill_hook(network, peer, *kill[peer]) if kill and peer in kill else None
+        fault = kill_hook(network, peer, *kill[peer]) if kill and peer in kill else (faults or {}).get(peer)
         worker = PipelineWorker(
             peer, spec, RpcClient(transport), book,
             StageSeat(lambda stage: RecordingRunner.from_spec(spec, stage, max_stash=16)),
             settings=WorkerSettings(iteration_timeout_s=timeout, share_dtype=share_dtype,
-                                    wire_compression=wire_compression),
+                                    wire_compression=wire_compression, **settings),
             hooks=WorkerHooks(batch=batch, fault=fault))
         server = RpcServer()
 
@@ -90,9 +92,10 @@ async def build_memory_swarm(spec: m.RunSpec, schedule: Schedule, batch, timeout
 
 async def run_memory_swarm(spec: m.RunSpec, schedule: Schedule, batch, timeout: float = 60.0,
                            kill: dict[str, tuple[int, str]] | None = None, share_dtype: str = "float32",
-                           wire_compression: str = "auto"):
+                           wire_compression: str = "auto", faults: dict | None = None, **settings):
     """Run every peer of `schedule` to spec.max_steps; killed peers vanish, the others carry on."""
-    _, workers = await build_memory_swarm(spec, schedule, batch, timeout, kill, share_dtype, wire_compression)
+    _, workers = await build_memory_swarm(spec, schedule, batch, timeout, kill, share_dtype, wire_compression,
+                                          faults, **settings)
     results = await asyncio.wait_for(asyncio.gather(*(w.run() for w in workers.values()),
                                                     return_exceptions=True), timeout)
     for peer, result in zip(workers, results):

@@ -48,6 +48,13 @@ class Flight:
     holding: bool = False             # its origin waits for a silent replica to answer (recovery.py)
     holds: int = 0                    # how often it was held (bounded: a peer that answers pings
                                       # but fails every send must not cycle it until the timeout)
+    sent_at: float = 0.0              # monotonic time the successor took it (0: not yet): its hop
+    returned_at: float = 0.0          # deadline runs from there (hop_deadlines.py) until its gradient came
+
+    @property
+    def hops_ahead(self) -> int:
+        """Hops after ours, the origin's head included: what the flight waits on."""
+        return len(self.route.hops) - self.hop_index
 
 
 @dataclass

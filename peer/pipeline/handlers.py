@@ -5,6 +5,7 @@ replies), so a bad or stale request costs the sender a clear error and costs us 
 """
 import asyncio
 import logging
+import time
 from typing import Awaitable, Callable
 
 from protocol import messages as m
@@ -123,6 +124,9 @@ class WorkHandlers:
             st.record_attempt(mb, task.kind, header.attempt)
             w.spot.saw_forward(schedule, route, header, remote, tensor, payload.dtype, wire.block_of(payload))
         else:
+            flight = st.flights.get(mb)   # its hop deadline is met (hop_deadlines.py)
+            if flight is not None and flight.attempt == header.attempt:
+                flight.returned_at = flight.returned_at or time.monotonic()
             w.spot.backward.saw_backward(header, remote, tensor, payload.dtype, wire.block_of(payload))
 
     def _origin_moved_on(self, origin: str, iteration: int) -> None:

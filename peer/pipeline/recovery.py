@@ -1,8 +1,9 @@
 """Mid-iteration recovery: what a peer does when the peer it handed a microbatch to is gone.
 
 Each live peer is responsible for its immediate successor on every microbatch it holds
-activations for: it watches that peer (heartbeats while it owes us a backward, and failed
-sends) and, once the peer is suspect (routing/health.py), re-sends its own stashed output on a
+activations for: it watches that peer (heartbeats while it owes us a backward, failed sends,
+and the flight's hop deadline: hop_deadlines.py) and, once the peer is suspect or late
+(routing/health.py), re-sends its own stashed output on a
 repaired route (routing/fallback.py: reroute to a replica, else skip the stage, else ask the
 origin to re-issue on a fresh route, else the origin counts it lost and says so).
 
@@ -16,6 +17,8 @@ dead peer had accumulated die with it: its stage averages over its surviving rep
 import asyncio
 import logging
 import random
+import time
+from typing import Callable
 
 import torch
 
@@ -25,7 +28,8 @@ from protocol import messages as m
 from protocol.schedule import Route, Schedule
 
 from peer.pipeline import plan_view as pv
-from peer.pipeline.flights import IterationState, Work, next_attempt
+from peer.pipeline.flights import Flight, IterationState, Work, next_attempt
+from peer.pipeline.hop_deadlines import DeadlinePolicy, HopDeadlines
 from peer.pipeline.ledger import Ledger
 from peer.pipeline.seat import StageSeat
 from peer.pipeline.sender import Sender
@@ -43,10 +47,12 @@ MAX_HOLDS = 2           # per microbatch and iteration
 
 class Recovery:
     def __init__(self, me: str, run: str, settings: WorkerSettings, seat: StageSeat, ledger: Ledger,
-                 sender: Sender, tasks: Lifecycle):
+                 sender: Sender, tasks: Lifecycle, on_late: Callable[[tuple[str, ...]], None] | None = None):
         self.me, self.run, self.settings = me, run, settings
         self.seat, self.ledger, self.sender, self.tasks = seat, ledger, sender, tasks
         self.health = sender.health
+        self.deadlines = HopDeadlines(DeadlinePolicy(floor_s=settings.hop_deadline_floor_s))
+        self.on_late = on_late                      # our advert names the late peers (app.py)
         self.events: list[str] = []                 # recent recoveries, for status output
 
     def _note(self, text: str) -> None:
@@ -61,6 +67,16 @@ class Recovery:
         failed = await self.sender.send_output(i, schedule, route, task, tensor, attempt, try_suspect)
         if failed is not None:
             await self.next_hop_failed(i, route.microbatch_id, failed.peer, attempt)
+            return
+        st = self.ledger.get(i) if task.kind.is_forward else None
+        flight = None if st is None else st.flights.get(route.microbatch_id)
+        if flight is not None and flight.attempt == attempt and not flight.sent_at:
+            flight.sent_at = time.monotonic()   # taken: its hop deadline runs from now
+
+    def returned(self, flight: Flight) -> None:
+        """A flight's gradient came back: its time sets the deadlines of those after it."""
+        if flight.sent_at and flight.returned_at:
+            self.deadlines.completed(flight.returned_at - flight.sent_at, flight.hops_ahead)
 
     def watched(self) -> set[str]:
         schedule, runner = self.ledger.current, self.seat.runner
@@ -99,9 +115,29 @@ class Recovery:
         i, st = self.ledger.iteration, self.ledger.in_hand()
         if st is None:
             return
+        now = time.monotonic()
         for mb, flight in list(st.flights.items()):
-            if flight.successor != self.me and self.health.suspect(flight.successor):
+            if flight.successor == self.me:
+                continue
+            if not self.health.suspect(flight.successor) and self._overdue(flight, now):
+                self._mark_late(i, mb, flight, now)
+            if self.health.suspect(flight.successor) or self.health.late(flight.successor):
                 await self.next_hop_failed(i, mb, flight.successor)
+
+    def _overdue(self, flight: Flight, now: float) -> bool:
+        """Past its hop deadline, with its gradient not back, held by a peer we can route
+        around (the origin's head cannot go elsewhere: its watchers are the origins' own)."""
+        return (not flight.returned_at and not flight.holding and flight.successor != flight.route.origin
+                and self.deadlines.overdue(flight.sent_at, flight.hops_ahead, now))
+
+    def _mark_late(self, i: int, mb: int, flight: Flight, now: float) -> None:
+        peer = flight.successor
+        self._note(f"iteration {i} microbatch {mb}: {peer[:12]} missed its hop deadline "
+                   f"({now - flight.sent_at:.1f}s with {flight.hops_ahead} hop(s) ahead; "
+                   f"{self.deadlines.describe()}): routing around it for {self.settings.hop_late_s:.0f}s")
+        self.health.mark_late(peer, self.settings.hop_late_s)
+        if self.on_late is not None:
+            self.on_late(self.health.late_peers())
 
     # ---- the rules, applied ----
 
@@ -140,8 +176,9 @@ class Recovery:
         if hop >= len(flight.route.hops):
             self._note(f"iteration {i} microbatch {mb}: its origin {dead[:12]} is unreachable")
             return
-        if not health.suspect(dead):   # it answered and would not take it; a dropped connection
-            flight.refused.add(dead)   # (a relay that died mid-stream) may well take it on a new one
+        if not health.suspect(dead):   # it answered and would not take it (or kept it past its hop
+            flight.refused.add(dead)   # deadline); a dropped connection (a relay that died
+                                       # mid-stream) may well take it on a new one
         else:
             flight.failed[dead] += 1
         decision = fallback.recover_hop(flight.route, hop, lambda s: pv.replicas(schedule, s),
@@ -167,6 +204,7 @@ class Recovery:
         out = await self.seat.compute(self.seat.runner.stashed_output, (i, mb))
         flight.attempt = next_attempt(max(flight.attempt, st.seen.get((mb, pv.Kind.FORWARD), 0)), flight.hop_index)
         flight.route = route
+        flight.sent_at = flight.returned_at = 0.0   # its hop deadline restarts once the new hop takes it
         hop = flight.hop_index
         flight.successor = pv.next_hop(route, hop)
         kind = pv.Kind.ORIGIN_FORWARD if hop == 0 else pv.Kind.FORWARD

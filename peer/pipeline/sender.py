@@ -67,8 +67,8 @@ class Sender:
         # a forward to a middle hop can go elsewhere; the head (at the origin) and backwards
         # cannot, so those keep trying a suspect peer until the send deadline
         recoverable = dest.phase == Phase.FORWARD and dest.hop_index < len(route.hops)
-        if recoverable and self.health.suspect(dest.peer) and not try_suspect:
-            ok = False  # known dead: do not wait for it to fail again
+        if recoverable and not try_suspect and (self.health.suspect(dest.peer) or self.health.late(dest.peer)):
+            ok = False  # known dead, or late with our work (hop deadlines): do not wait on it again
         else:
             if dest.phase == Phase.BACKWARD:
                 self.spot.bound.note(tensor)   # the scale a returned gradient is bounded by

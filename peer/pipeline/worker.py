@@ -78,7 +78,8 @@ class WorkerHooks:
     refresh_schedule: Callable[[], Awaitable[None]] | None = None   # re-read the schedule now
     publish_spot_checks: Callable[[SpotCheckRecord], Awaitable] | None = None
     read_progress: ProgressReader | None = None                     # the origins' DHT progress records
-    fault: Callable[[int, str], None] | None = None                 # chaos testing only
+    fault: Callable[[int, str], bool] | None = None                 # chaos testing only: True drops the task
+    on_late: Callable[[tuple[str, ...]], None] | None = None        # the peers marked late now (hop deadlines)
 
 
 class PipelineWorker:
@@ -96,7 +97,8 @@ class PipelineWorker:
                                settings.rpc_timeout_s, publish=self.hooks.publish_spot_checks)
         self.sender = Sender(me, spec.run, rpc, health, settings, self.ledger, self.inbox, self.spot, self.tasks,
                              self.book.missed_after)
-        self.recovery = Recovery(me, spec.run, settings, seat, self.ledger, self.sender, self.tasks)
+        self.recovery = Recovery(me, spec.run, settings, seat, self.ledger, self.sender, self.tasks,
+                                 self.hooks.on_late)
         self.exchange = GradientExchange(me, spec.run, settings, seat, self.ledger, self.sender,
                                          report=self.spot.add_report,
                                          delayed=spec.gradient_exchange == "delayed")
@@ -296,8 +298,9 @@ class PipelineWorker:
                         work: Work, outcome: IterationOutcome) -> None:
         key, mb, r = (i, task.microbatch_id), task.microbatch_id, self.seat.runner
         compute, send = self.seat.compute, self._send
-        if self.hooks.fault is not None:
-            self.hooks.fault(i, task.kind.name)
+        if self.hooks.fault is not None and self.hooks.fault(i, task.kind.name):
+            logger.warning("FAULT: dropping iteration %d microbatch %d %s", i, mb, task.kind.name)
+            return
         if task.kind in (pv.Kind.BACKWARD, pv.Kind.ORIGIN_BACKWARD):
             why = st.expects_backward(mb, work.attempt, work.sender)
             if why is not None:
@@ -318,6 +321,7 @@ class PipelineWorker:
                 await self._head(i, schedule, st, task, work)
             elif task.kind == pv.Kind.BACKWARD:
                 flight = st.flights.pop(mb)
+                self.recovery.returned(flight)
                 grad = await compute(r.backward, key, work.tensor, mb not in st.counted)
                 st.counted.add(mb)
                 send(i, schedule, flight.route, task, grad, flight.upstream_attempt)
@@ -348,7 +352,7 @@ class PipelineWorker:
 
     async def _origin_backward(self, i: int, st: IterationState, mb: int, work: Work,
                                outcome: IterationOutcome) -> None:
-        st.flights.pop(mb)
+        self.recovery.returned(st.flights.pop(mb))
         entry = st.own[mb]
         returned_at = time.monotonic()
         await self.seat.compute(self.seat.runner.backward_origin, (i, mb), work.tensor)

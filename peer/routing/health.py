@@ -8,6 +8,9 @@ architecture.md live here so they can be tested alone:
   work we handed to that peer;
 - we never ban the last live replica of a stage: a flaky sole replica is still retried,
   because banning it would force skips that a transient error does not justify.
+A peer that missed a hop deadline (peer/pipeline/hop_deadlines.py) is *late* for a while: it
+answers pings, so failures and bans (which any success clears) cannot say it; no new work goes
+to it until the mark lapses, and our advert names it for the coordinator.
 """
 import time
 from dataclasses import dataclass
@@ -30,6 +33,7 @@ class Health:
         self._records: dict[str, _Record] = {}
         self.departed: set[str] = set()
         self._last_success: dict[str, float] = {}
+        self._late_until: dict[str, float] = {}
 
     def record_success(self, peer: str) -> None:
         self._records.pop(peer, None)
@@ -84,7 +88,19 @@ class Health:
 
     def usable(self, peer: str) -> bool:
         """May we hand new work to `peer`?"""
-        return not self.banned(peer) and not self.suspect(peer)
+        return not self.banned(peer) and not self.suspect(peer) and not self.late(peer)
+
+    def mark_late(self, peer: str, for_s: float) -> None:
+        self._late_until[peer] = max(self._late_until.get(peer, 0.0), self.clock() + for_s)
+
+    def late(self, peer: str) -> bool:
+        return self._late_until.get(peer, 0.0) > self.clock()
+
+    def late_peers(self) -> tuple[str, ...]:
+        """The peers marked late now (sorted); lapsed marks are forgotten."""
+        now = self.clock()
+        self._late_until = {p: t for p, t in self._late_until.items() if t > now}
+        return tuple(sorted(self._late_until))
 
     def ban_remaining(self, peer: str) -> float:
         rec = self._records.get(peer)
@@ -92,5 +108,8 @@ class Health:
 
     def snapshot(self) -> dict[str, dict]:
         """For status output: peers with failures or bans."""
-        return {p: {"failures": r.failures, "ban_s": round(self.ban_remaining(p), 1)}
-                for p, r in self._records.items()}
+        out = {p: {"failures": r.failures, "ban_s": round(self.ban_remaining(p), 1)}
+               for p, r in self._records.items()}
+        for p in self.late_peers():
+            out.setdefault(p, {"failures": 0, "ban_s": 0.0})["late_s"] = round(self._late_until[p] - self.clock(), 1)
+        return out

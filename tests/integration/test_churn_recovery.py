@@ -9,6 +9,7 @@ from protocol import messages as m
 
 from peer.compute.model import get_config
 from peer.compute.stages import reference_forward
+from peer.chaos import make_hook, parse_faults
 from bench.support.memory_swarm import batches_for, make_schedule, run_memory_swarm
 
 SPEC = m.RunSpec(run="t", model="tiny", num_stages=3, skip_ratio=0.0, seed=3, microbatch_samples=2,
@@ -112,3 +113,29 @@ def test_both_replicas_of_a_stage_killed_are_tried_at_most_twice_per_microbatch(
     for mb in (0, 1):
         mine = [text for text in reroutes if f"microbatch {mb}:" in text]
         assert len(mine) <= 3, mine
+
+
+def test_a_peer_that_takes_forwards_and_drops_them_is_routed_around_at_its_hop_deadline():
+    # a1 answers every ping but drops the forwards it takes from iteration 2 on (a hung worker, a
+    # volunteer that discards work): heartbeats cannot see it; the flights it holds pass their
+    # hop deadline (measured in iterations 0-1, a low floor for the test) and go to b1
+    spec = m.RunSpec(**{**SPEC.__dict__, "max_steps": 4})
+    hang = make_hook(parse_faults("hang@2:600"), lambda factor: None)
+    batch, _ = batches_for(spec)
+    workers = asyncio.run(run_memory_swarm(spec, make_schedule("t", SIX, SIX_PATHS), batch, timeout=60,
+                                           faults={"a1": hang}, hop_deadline_floor_s=0.2))
+    for i in range(4):
+        got = counts_at(workers, ["a0", "b0"], i)
+        assert got["lost"] == 0 and sum(got.values()) == 4, (i, got)
+        assert got["rerouted"] == (2 if i >= 2 else 0), (i, got)   # paths 0 and 2 go through a1
+    # a0 and b0 hand a1 its work: both marked it late, and only it
+    assert {p for o in ("a0", "b0") for p in workers[o].recovery.health.late_peers()} == {"a1"}
+    assert any("a1" in e and "missed its hop deadline" in e for e in workers["a0"].recovery.events)
+
+
+def counts_at(workers, origins, iteration):
+    total: dict[str, int] = {}
+    for o in origins:
+        for k, v in workers[o].ledger.history[iteration].counts.items():
+            total[k] = total.get(k, 0) + v
+    return total

@@ -1,5 +1,5 @@
 """Demotion by measured speed (coordinator/slow_peers.py): hysteresis, ratios to the median."""
-from coordinator.slow_peers import SlowPeers, SlowPolicy
+from coordinator.slow_peers import SlowPeers, SlowPolicy, late_reports
 from protocol.topology import Links, Node, Topology, TOPOLOGY_FORMAT, Workload
 
 POLICY = SlowPolicy(demote_ratio=3.0, restore_ratio=1.5, hold_s=10.0)
@@ -74,3 +74,33 @@ def topology_of(ids):
     w = Workload(num_layers=4, num_stages=2, microbatch_samples=4, microbatches_per_data_node=2,
                  activation_bytes_per_sample=1024, memory_microbatches=4)
     return Topology(TOPOLOGY_FORMAT, w, tuple(Node(i, 0.001) for i in ids), Links(lat, lat))
+
+
+def test_a_peer_named_late_is_demoted_at_once_and_planned_again_after_the_memory_and_hold():
+    slow = SlowPeers(SlowPolicy(hold_s=5.0, late_factor=10.0, late_memory_s=20.0))
+    slow.observe({**FAST, "d": 0.001}, now=0.0, late={"d"})
+    assert slow.pending() and slow.factors == {"d": 10.0} and "(late)" in slow.describe()
+    slow.observe({**FAST, "d": 0.001}, now=15.0, late={"d"})      # named again: the memory restarts
+    slow.observe({**FAST, "d": 0.001}, now=30.0)
+    assert slow.factors == {"d": 10.0}                               # 15 s since: still remembered
+    slow.observe({**FAST, "d": 0.001}, now=36.0)                     # forgotten; its speed is fine
+    slow.observe({**FAST, "d": 0.001}, now=40.0)
+    assert "d" in slow.factors                                       # ... for less than the hold
+    slow.observe({**FAST, "d": 0.001}, now=41.5)
+    assert slow.factors == {}
+    slow.observe(FAST, now=42.0, late={"gone"})                      # not online: nobody to demote
+    assert slow.factors == {}
+
+
+def test_only_a_planned_neighbour_on_another_stage_can_name_a_peer_late():
+    from types import SimpleNamespace as NS
+    from protocol.schedule import Hop, Route, Schedule, StageAssignment
+    schedule = Schedule("r", 1, "skippipe", 2, 0.0, tuple(StageAssignment(p, s) for p, s in
+                                                          (("o", 0), ("a", 1), ("b", 1))),
+                        (Route(0, (Hop(0, "o"), Hop(1, "a"))),))
+    adverts = {"o": NS(late_peers=("a",)), "b": NS(late_peers=("a",)), "x": NS(late_peers=("o",)),
+               "a": NS(late_peers=("ghost", "a"))}
+    # o (stage 0) hands a its work; b is a's replica, x no member, a names itself and a stranger
+    assert late_reports(adverts, schedule) == {"a"}
+    assert late_reports({"b": NS(late_peers=("a",))}, schedule) == set()
+    assert late_reports(adverts, None) == set()

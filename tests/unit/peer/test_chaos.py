@@ -222,3 +222,25 @@ def test_the_lie_fault_makes_the_advert_claim_a_faster_speed_from_its_iteration_
     assert claimed_speed(parse_faults("stall@0"))(5, 0.008) == 0.008
     with pytest.raises(FaultSpecError, match="lie factor must be >= 1"):
         parse_faults("lie@0:0.5")
+
+
+def test_a_hang_drops_forwards_only_from_its_iteration_and_for_its_seconds():
+    assert parse_faults("hang@4") == [Fault("hang", 4, factor=20.0)]
+    for bad, message in (("hang@4:0", "> 0 seconds"), ("hang@4:x", "must be a number")):
+        with pytest.raises(FaultSpecError, match=message):
+            parse_faults(bad)
+    clock = [100.0]
+    hook = make_hook(parse_faults("hang@4:5"), Recorder().set_slowdown, clock=lambda: clock[0])
+    assert not hook(3, "FORWARD")                     # before its iteration
+    assert not hook(4, "ORIGIN_FORWARD") and not hook(4, "BACKWARD") and not hook(4, "START")
+    assert hook(4, "FORWARD")                         # the clock starts at the first dropped forward
+    clock[0] += 4.9
+    assert hook(5, "FORWARD")
+    clock[0] += 0.2
+    assert not hook(6, "FORWARD")                     # over: it works again
+
+
+def test_chaos_hang_reaches_the_peer_as_a_fault():
+    assert parse_chaos("hang:2@iter4:8", 6) == ({2: "hang@4:8"}, [])
+    with pytest.raises(ChaosSpecError, match="seconds > 0"):
+        parse_chaos("hang:2@iter4:0", 6)

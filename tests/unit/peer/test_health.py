@@ -143,3 +143,13 @@ def test_a_silent_origin_looks_gone_only_while_someone_else_still_answers_us():
     assert not h.looks_gone("origin", ["origin", "next"], after_failures=8, within_s=10)
     h.set_departed(["origin"])                          # its advert lapsed: gone, witness or not
     assert h.looks_gone("origin", [], after_failures=8, within_s=10)
+
+
+def test_a_late_peer_gets_no_work_until_its_mark_lapses_although_it_answers_pings():
+    h, clock = make()
+    h.mark_late("p", 15.0)
+    h.record_success("p")                     # a ping: it is alive, yet late
+    assert h.late("p") and not h.usable("p") and not h.suspect("p")
+    assert h.late_peers() == ("p",) and h.snapshot()["p"]["late_s"] == 15.0
+    clock.t += 15.1
+    assert not h.late("p") and h.usable("p") and h.late_peers() == ()

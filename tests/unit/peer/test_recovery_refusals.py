@@ -9,6 +9,7 @@ from protocol.schedule import Hop, Route, Schedule, StageAssignment
 
 from peer.pipeline.flights import Flight, IterationState, OriginEntry
 from peer.pipeline.recovery import Recovery
+from peer.pipeline.settings import WorkerSettings
 from swarmcore.outcomes import Outcome
 
 ROUTE = Route(0, (Hop(0, "o"), Hop(1, "a"), Hop(2, "c")))
@@ -50,7 +51,7 @@ def recovery(suspect=frozenset()):
     def spawn(coro, what=""):
         sent.append(coro.cr_frame.f_locals["route"])   # where the microbatch is sent next
         coro.close()
-    rec = Recovery("o", "r", SimpleNamespace(extra_skips=1), SEAT, ledger, SimpleNamespace(health=health),
+    rec = Recovery("o", "r", WorkerSettings(extra_skips=1), SEAT, ledger, SimpleNamespace(health=health),
                    SimpleNamespace(spawn=spawn))
     return rec, st, sent
 
@@ -119,7 +120,7 @@ async def hold_scenario(monkeypatch, answers_after: int, departed=(), cycles: in
             coro.close()
         else:
             tasks.append(asyncio.ensure_future(coro))
-    rec = Recovery("o", "r", SimpleNamespace(extra_skips=0, ping_timeout_s=1.0),
+    rec = Recovery("o", "r", WorkerSettings(extra_skips=0, ping_timeout_s=1.0),
                    SEAT, ledger,
                    SimpleNamespace(health=health, rpc=SimpleNamespace(call=call), replicas_of_peer=lambda peer: [peer]),
                    SimpleNamespace(spawn=spawn))

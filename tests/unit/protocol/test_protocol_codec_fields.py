@@ -113,6 +113,9 @@ BAD_FIELDS = [
     (ADVERT, ("fwd_s_per_layer_sample",), INF, "fwd_s_per_layer_sample"),
     (ADVERT, ("measured_fwd_s_per_layer_sample",), NAN, "measured_fwd_s_per_layer_sample"),
     (ADVERT, ("measured_fwd_s_per_layer_sample",), -1.0, "measured_fwd_s_per_layer_sample"),
+    (ADVERT, ("late_peers",), ["p"] * 17, "late_peers"),
+    (ADVERT, ("late_peers",), [""], "late_peers"),
+    (ADVERT, ("late_peers",), ["x" * 129], "late_peers"),
     (m.ProgressRecord("a", ()), ("written_at",), INF, "written_at"),
     (m.ProgressRecord("a", ()), ("written_at",), -1.0, "written_at"),
     (TIMED, ("round_trip_s",), [0.5], "round_trip_s"),                 # one figure for two microbatches
