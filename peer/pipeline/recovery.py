@@ -93,8 +93,10 @@ class Recovery:
 
     async def monitor(self) -> None:
         """Heartbeat the peers we wait on; recover the work of those that stopped answering."""
+        last_round = time.monotonic()
         while True:
             await asyncio.sleep(self.settings.heartbeat_s)
+            last_round = self._discount_our_stall(last_round)
             try:
                 peers = self.watched()
                 await asyncio.gather(*(self._ping(p) for p in peers))
@@ -103,6 +105,19 @@ class Recovery:
                 raise
             except Exception:  # the monitor must outlive any one bad round
                 logger.exception("recovery monitor round failed")
+
+    def _discount_our_stall(self, last_round: float) -> float:
+        """Time this process did not run (stopped, starved of CPU) is no successor's delay: the
+        hop deadlines of the flights in hand move on by it. A peer resumed after SIGSTOP took
+        every successor for late at once."""
+        now = time.monotonic()
+        stalled = now - last_round - self.settings.heartbeat_s
+        st = self.ledger.in_hand()
+        if stalled > 1.0 and st is not None:
+            for flight in st.flights.values():
+                if flight.sent_at:
+                    flight.sent_at += stalled
+        return now
 
     async def _ping(self, peer: str) -> None:
         try:

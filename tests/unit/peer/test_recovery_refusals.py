@@ -1,9 +1,13 @@
 """Recovery does not hand a microbatch back to a peer that already refused it this iteration (and
 holds one whose only carriers fell silent, below):
 two stage replicas that both replied ITERATION_OVER (they had caught up past the iteration) once
-bounced it between them until the iteration timed out, 120 s (issue 25, the storm bench)."""
+bounced it between them until the iteration timed out, 120 s (issue 25, the storm bench). Last,
+a flight past its hop deadline (peer/pipeline/hop_deadlines.py)."""
 import asyncio
+import time
 from types import SimpleNamespace
+
+import pytest
 
 from protocol.schedule import Hop, Route, Schedule, StageAssignment
 
@@ -160,3 +164,31 @@ def test_a_replica_that_answers_pings_but_fails_every_send_is_held_at_most_twice
     from peer.pipeline.recovery import MAX_HOLDS
     st, sent, pings = asyncio.run(hold_scenario(monkeypatch, answers_after=0, cycles=MAX_HOLDS))
     assert len(pings) == MAX_HOLDS and st.own[0].outcome == Outcome.LOST
+
+
+def test_a_flight_overdue_at_its_successor_is_rerouted_and_the_successor_marked_late():
+    from peer.routing.health import Health
+    st, ledger = iteration_5(ROUTE, SCHEDULE)
+    ledger.iteration, ledger.in_hand = 5, lambda: st
+    late_named, sent = [], []
+
+    def spawn(coro, what=""):
+        sent.append(coro.cr_frame.f_locals["route"])
+        coro.close()
+    health = Health()
+    rec = Recovery("o", "r", WorkerSettings(extra_skips=1, hop_deadline_floor_s=1.0), SEAT, ledger,
+                   SimpleNamespace(health=health), SimpleNamespace(spawn=spawn), late_named.append)
+    for _ in range(4):
+        rec.deadlines.completed(0.3, 3)                  # 0.1 s per hop: 1.3 s per hop ahead
+    flight, now = st.flights[0], time.monotonic()
+    late = flight.successor
+    flight.sent_at = now - 3.0                           # 3 hops ahead: due within 3.9 s
+    asyncio.run(rec._recover_suspects())
+    assert not sent and not health.late(late)
+    # our own process stopped 5 s (a monitor round that came 5 s late): not the successor's delay
+    rec._discount_our_stall(now - 5.5)
+    assert flight.sent_at == pytest.approx(now + 2.0, abs=0.1)
+    flight.sent_at = now - 4.0
+    asyncio.run(rec._recover_suspects())
+    assert health.late(late) and late_named == [(late,)]
+    assert len(sent) == 1 and late not in [h.peer for h in sent[0].hops]
