@@ -1,6 +1,9 @@
 """Faults as a bench (issue 25): one 6-peer swarm on 127.0.0.1 (3 stages, two replicas each,
 skip ratio 1/3) through a scripted storm, one fault after another once the swarm is steady:
 
+  hang       a stage-1 peer takes the forwards it is sent and drops them for --hang-s while
+             answering pings (--fault hang): only hop deadlines catch it (first, when chosen:
+             the peer is started with it, from iteration HANG_AT)
   pause      a stage-2 peer stopped with SIGSTOP for --pause-s, then resumed (SIGCONT)
   rejoin     a stage-1 peer killed with SIGKILL, restarted 5 s later (same identity and stage);
              like the next two, the phase's iterations count once the coordinator planned it back
@@ -19,7 +22,7 @@ counted apart, as what the stage learned since that checkpoint is lost). For the
 twice or skipped (from the origins' reported sample positions). The machine's load average is
 printed beside, since everything shares its cores.
 
-  python bench/faults.py [--phase-iterations 10] [--pause-s 10] [--only pause,restart]
+  python bench/faults.py [--phase-iterations 10] [--pause-s 10] [--hang-s 8] [--only pause,restart]
 Last line: RESULT recovery_s_max=... lost=... reinit_stages=... twice=... skipped=... unsummarised=... exited=... load=...
 """
 import argparse
@@ -44,7 +47,8 @@ from launcher.processes import start_peer                     # noqa: E402
 from tokendata.cursor import expand_positions                 # noqa: E402
 from bench.support.harness import LOOPBACK, planned_with, stop_processes, wait_for   # noqa: E402
 
-FAULTS = ("pause", "rejoin", "empty", "restart", "liar")
+FAULTS = ("hang", "pause", "rejoin", "empty", "restart", "liar")
+HANG_AT, HANG_SLOT = 14, 4           # after the 8 warm-up iterations, with hop deadlines measured
 STAGES = [0, 1, 2, 0, 1, 2]          # peer i hosts stage i mod 3: origins 0 and 3
 WITHIN = 1.2                         # "back to normal": within 20% of the pre-fault time
 FRESH_MARKS = ("starts from FRESH weights",)      # peer/pipeline/seat.py's error lines
@@ -58,12 +62,14 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--phase-iterations", type=int, default=10, help="iterations to watch after each fault")
     p.add_argument("--pause-s", type=float, default=10.0, help="how long the paused peer stays stopped")
+    p.add_argument("--hang-s", type=float, default=8.0, help="how long the hung peer drops its forwards")
     p.add_argument("--only", default=",".join(FAULTS), help=f"comma-separated subset of {','.join(FAULTS)}")
     p.add_argument("--phase-timeout", type=float, default=240.0, help="give up on a phase after this long")
     p.add_argument("--logs-dir", type=Path, default=None, help="keep the peers' logs here (default: a temporary "
                                                                "folder, removed at the end)")
     args = p.parse_args()
-    args.faults = [f.strip() for f in args.only.split(",") if f.strip()]
+    # the hung peer hangs from HANG_AT by itself, before any other fault: its phase comes first
+    args.faults = sorted((f.strip() for f in args.only.split(",") if f.strip()), key=lambda f: f != "hang")
     unknown = set(args.faults) - set(FAULTS)
     if unknown:
         p.error(f"unknown fault(s) {sorted(unknown)}; choose from {', '.join(FAULTS)}")
@@ -147,6 +153,8 @@ class Storm:
 
 
 async def inject(storm: Storm, fault: str, args) -> None:
+    if fault == "hang":
+        return                # the peer was started with it (run_storm)
     if fault == "pause":
         storm.signal(2, signal.SIGSTOP)
         await asyncio.sleep(args.pause_s)
@@ -229,9 +237,14 @@ async def run_storm(args, tmp: Path) -> list[dict]:
     results = []
     try:
         for slot in range(len(STAGES)):
-            storm.start_peer(slot)
+            hang = ("--fault", f"hang@{HANG_AT}:{args.hang_s}") if slot == HANG_SLOT and "hang" in args.faults else ()
+            storm.start_peer(slot, *hang)
         await storm.iterations(8, 300)
         for fault in args.faults:
+            if fault == "hang":      # the peer hangs by itself from HANG_AT: the phase starts there
+                if storm.newest() >= HANG_AT - 1:
+                    print(f"   (the warm-up ran past iteration {HANG_AT}: the hang began before its phase)")
+                await wait_for(lambda: storm.newest() >= HANG_AT - 1, args.phase_timeout, f"iteration {HANG_AT}")
             first, fault_at = storm.newest() + 1, time.time()
             marks_before = storm.log_count(FRESH_MARKS), storm.log_count(CHECKPOINT_MARKS)
             print(f"-- {fault} at iteration ~{first} (load {os.getloadavg()[0]:.1f})", flush=True)

@@ -35,7 +35,7 @@ from coordinator.published import PublishedSchedules
 from coordinator.iteration_summaries import IterationSummary, ProgressTracker
 from coordinator.run_files import (load_or_create_join_key, load_organiser, remove_stale_maddrs_file,
                                    write_maddrs_file)
-from coordinator.replanner import CollapseGuard, PresenceTracker, ReplanPolicy, switch_from_progress
+from coordinator.replanner import CollapseGuard, PresenceTracker, ReplanPolicy, pulled_in_start, switch_from_progress
 from coordinator.slow_peers import SlowPeers, late_reports
 from coordinator.witnessed_speed import WitnessedSpeed
 from coordinator.status_page import StatusView
@@ -85,6 +85,7 @@ class CoordinatorApp:
         self.presence = PresenceTracker(ReplanPolicy(min_peers=max(1, config.min_peers),
                                                          hold_s=config.replan_hold_s))
         self.finished = False
+        self._adopted_at = 0.0           # monotonic time self.schedule was adopted
         self.replans: list[dict] = []       # every published epoch: when, why, from which iteration
         self.bans = BanList(routes=self.published.route_of, replicas=self.published.replicas_of)   # failed spot/share checks
         self.advert_gate = AdvertGate(self.spec)   # adverts the spec rules out: ignored, logged once
@@ -283,6 +284,8 @@ class CoordinatorApp:
                 self.finished = True
         if (self.resync or self.ledger.has_pending()) and self.schedule is not None and not self.finished:
             await self._republish("; ".join(self.resync) or "lost samples to train again")
+        elif self.schedule is not None and not self.finished:
+            await self._pull_in_far_start()
 
     async def _unbanned(self, adverts: dict) -> dict:
         for reporter, record in (await self.records.get_spot_checks()).items():
@@ -326,9 +329,22 @@ class CoordinatorApp:
                     time.perf_counter() - t0, {s: len(p) for s, p in sorted(stages.items())},
                     self.slow_peers.describe())
 
-    async def _republish(self, why: str) -> None:
-        """The current routes as a new epoch: only its data fields change."""
-        start = max(self._next_start_iteration(), self.schedule.start_iteration + 1)
+    async def _pull_in_far_start(self) -> None:
+        """The newest epoch, published to start far ahead of a swarm that crawls, again from
+        nearer (replanner.pulled_in_start)."""
+        latest = max(self.progress.latest_reported(), self.summaries[-1].iteration if self.summaries else -1)
+        if latest < 0 or self.schedule.start_iteration <= latest + 2:
+            return      # running already, or about to: the usual case costs no start estimate
+        start = pulled_in_start(self.schedule.start_iteration, latest, self._next_start_iteration(),
+                                time.monotonic() - self._adopted_at, self.config.switch_margin_s)
+        if start is not None:
+            await self._republish(f"epoch {self.schedule.epoch} starts at iteration {self.schedule.start_iteration}, "
+                                  f"far ahead of the swarm at {latest}", start)
+
+    async def _republish(self, why: str, start: int | None = None) -> None:
+        """The current routes as a new epoch: only its data fields change. `start`: from there
+        (sooner than the current epoch's own start: _pull_in_far_start), else the next safe one."""
+        start = start if start is not None else max(self._next_start_iteration(), self.schedule.start_iteration + 1)
         if self.published.awaits_uptake(start):
             return   # its data fields go on from an epoch the origins may yet miss: next round
         self.resync = []
@@ -361,7 +377,7 @@ class CoordinatorApp:
         return self.schedule
 
     def _adopt(self, schedule: Schedule) -> None:
-        self.schedule = schedule
+        self.schedule, self._adopted_at = schedule, time.monotonic()
         self.published.add(schedule)
         self.ledger.carried_by(schedule)
 

@@ -129,3 +129,21 @@ def switch_from_progress(latest: int, recent_durations: list[float], since_lates
     newest, written_at = freshest
     bound = switch_iteration(newest + 1, recent_durations, max(0.0, now - written_at), margin_s, running_s)
     return max(latest + 2, min(estimate, bound))
+
+
+PULL_IN_MIN_GAIN = 3   # iterations sooner, at least, for an epoch to be published again nearer
+
+
+def pulled_in_start(planned_start: int, latest: int, fresh_start: int, published_s_ago: float,
+                    margin_s: float) -> int | None:
+    """A start for the newest epoch nearer than the one it was published with, or None.
+    A re-plan decided while the DHT stalled (a stopped peer stalls the stores that touch it)
+    can see neither a slow iteration nor a fresh progress record, count at the fastest pace,
+    and start 27 iterations ahead of a swarm that then crawls until the epoch begins
+    (bench/faults.py, a 30 s stop). Once the epoch has been out for a margin (the pace it was
+    counted at had time to show itself) and the start counted now (`fresh_start`, at the pace
+    the swarm shows now) is at least PULL_IN_MIN_GAIN iterations sooner, the same routes go
+    out again from there: the peers take the newer epoch, and the far one never runs."""
+    if published_s_ago < margin_s or planned_start <= latest + 2:
+        return None
+    return fresh_start if planned_start - fresh_start >= PULL_IN_MIN_GAIN else None

@@ -165,3 +165,43 @@ def test_the_schedule_stored_beside_a_new_one_is_the_one_the_swarm_runs():
     app.summaries.append(summarize(128, [ran]))
     app.last_reports = {"a": ran}
     assert app._running_schedule() is running
+
+
+def test_an_epoch_published_far_ahead_of_a_crawling_swarm_goes_out_again_from_nearer():
+    """bench/faults.py, a 30 s stop: a re-plan decided while the DHT stalled started 27
+    iterations ahead and the swarm crawled until then. Once the crawl shows, the coordinator
+    publishes the same routes from nearer; the far epoch's retries move to the near one."""
+    import asyncio
+    import dataclasses
+    import time
+    from bench.support.memory_swarm import make_schedule
+    from coordinator.app import CoordinatorApp
+    from coordinator.config import CoordinatorConfig
+    from coordinator.iteration_summaries import summarize
+    app = CoordinatorApp(CoordinatorConfig(run="t", num_stages=2, skip_ratio=0.0, microbatch_samples=2,
+                                           switch_margin_s=4.0))
+    stored = []
+
+    class Records:
+        async def put_schedule(self, schedule, previous=None):
+            stored.append(schedule)
+    app.records = Records()
+    routes = make_schedule("t", {"a": 0, "m": 1}, {0: ["a", "m"]}, epoch=5)
+    app._adopt(dataclasses.replace(routes, start_iteration=40))
+    app.published.judge(40, {"a": dataclasses.replace(report("a", 40), epoch=5)})   # it took effect
+    far = dataclasses.replace(routes, epoch=6, start_iteration=87, data_retry=(7, 8))
+    app._adopt(far)
+    now = time.time()
+    for i in range(56, 61):   # the swarm at 60, 6 s an iteration now
+        app.summaries.append(dataclasses.replace(summarize(i, [dataclasses.replace(report("a", i), epoch=5)]),
+                                                 started_at=now - 6 * (61 - i), finished_at=now - 6 * (60 - i)))
+    asyncio.run(app._pull_in_far_start())
+    assert stored == []                                      # published just now: wait for the pace
+    app._adopted_at -= 5.0
+    asyncio.run(app._pull_in_far_start())
+    assert len(stored) == 1 and app.schedule is stored[0]
+    near = stored[0]
+    assert near.epoch == 7 and near.routes == far.routes and 61 < near.start_iteration < 87 - 2
+    assert set(far.data_retry) <= set(near.data_retry)       # the far epoch never runs: its retries move
+    asyncio.run(app._pull_in_far_start())
+    assert len(stored) == 1                                  # near enough now: once

@@ -184,3 +184,12 @@ def test_a_crawling_swarm_gets_an_epoch_counted_at_its_pace_now():
     assert switch_iteration(10, [0.4, 0.4, 0.4, 0.4, 1.2], 0.0, 4.0) == 10 + 2 + 5      # one slow iteration: 0.8 s
     assert switch_iteration(10, [0.4, 0.4, 0.4], 0.0, 4.0, running_s=5.0) == 10 + 2 + 1  # a stall in progress
     assert switch_iteration(0, [3.4], 0.0, 4.0, running_s=5.0) == 0 + 2 + 16             # unmeasured: fast, as before
+
+
+def test_an_epoch_far_ahead_of_a_crawling_swarm_is_pulled_in_once_its_pace_shows():
+    from coordinator.replanner import pulled_in_start
+    # published from 87 with the swarm at 60 (counted at its fastest pace); it crawls
+    assert pulled_in_start(87, 60, 63, published_s_ago=2.0, margin_s=4.0) is None   # too soon to tell
+    assert pulled_in_start(87, 61, 63, published_s_ago=5.0, margin_s=4.0) == 63
+    assert pulled_in_start(87, 80, 85, published_s_ago=5.0, margin_s=4.0) is None   # 2 sooner: not worth an epoch
+    assert pulled_in_start(87, 86, 80, published_s_ago=9.0, margin_s=4.0) is None   # the swarm is about there
