@@ -109,6 +109,9 @@ def render_metrics(app) -> str:
         e.gauge("skippipe_peer_stage", "hosted stage (-1: none yet)", -1 if stage is None else stage)
         e.counter("skippipe_peer_stale_stage_starts_total", "stages taken mid-run without their current state "
                   "(fresh weights or an older checkpoint: training lost)", worker.seat.stale_starts)
+        e.counter("skippipe_peer_hop_deadline_misses_total", "microbatches routed around a next hop that kept "
+                  "them past their hop deadline (peer/pipeline/hop_deadlines.py)", worker.recovery.deadline_misses)
+        e.gauge("skippipe_peer_late_peers", "peers marked late by our hop deadlines now", len(worker.recovery.health.late_peers()))
         e.gauge("skippipe_peer_iteration_seconds", "duration of the last finished iteration", took)
         e.gauge("skippipe_peer_tokens_per_second", "tokens/s of the last iteration (stage-0 peers)", tokens_s)
         for codec, n in worker.sender.wire.sent.items():

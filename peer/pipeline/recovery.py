@@ -54,6 +54,7 @@ class Recovery:
         self.deadlines = HopDeadlines(DeadlinePolicy(floor_s=settings.hop_deadline_floor_s))
         self.on_late = on_late                      # our advert names the late peers (app.py)
         self.events: list[str] = []                 # recent recoveries, for status output
+        self.deadline_misses = 0                    # for /metrics
 
     def _note(self, text: str) -> None:
         logger.warning(text)
@@ -136,7 +137,8 @@ class Recovery:
                 continue
             if not self.health.suspect(flight.successor) and self._overdue(flight, now):
                 self._mark_late(i, mb, flight, now)
-            if self.health.suspect(flight.successor) or self.health.late(flight.successor):
+            late = self.health.late(flight.successor) and not flight.returned_at   # (its gradient came: done)
+            if self.health.suspect(flight.successor) or late:
                 await self.next_hop_failed(i, mb, flight.successor)
 
     def _overdue(self, flight: Flight, now: float) -> bool:
@@ -151,6 +153,7 @@ class Recovery:
                    f"({now - flight.sent_at:.1f}s with {flight.hops_ahead} hop(s) ahead; "
                    f"{self.deadlines.describe()}): routing around it for {self.settings.hop_late_s:.0f}s")
         self.health.mark_late(peer, self.settings.hop_late_s)
+        self.deadline_misses += 1
         if self.on_late is not None:
             self.on_late(self.health.late_peers())
 

@@ -123,7 +123,7 @@ def test_a_peer_that_takes_forwards_and_drops_them_is_routed_around_at_its_hop_d
     hang = make_hook(parse_faults("hang@2:600"), lambda factor: None)
     batch, _ = batches_for(spec)
     workers = asyncio.run(run_memory_swarm(spec, make_schedule("t", SIX, SIX_PATHS), batch, timeout=60,
-                                           faults={"a1": hang}, hop_deadline_floor_s=0.2))
+                                           faults={"a1": hang}, hop_deadline_floor_s=0.2, hop_late_s=600))
     for i in range(4):
         got = counts_at(workers, ["a0", "b0"], i)
         assert got["lost"] == 0 and sum(got.values()) == 4, (i, got)
@@ -131,6 +131,15 @@ def test_a_peer_that_takes_forwards_and_drops_them_is_routed_around_at_its_hop_d
     # a0 and b0 hand a1 its work: both marked it late, and only it
     assert {p for o in ("a0", "b0") for p in workers[o].recovery.health.late_peers()} == {"a1"}
     assert any("a1" in e and "missed its hop deadline" in e for e in workers["a0"].recovery.events)
+    from peer.app import PeerApp
+    from peer.config import PeerConfig
+    from peer.metrics import render_metrics
+    app = PeerApp(PeerConfig(initial_peers=("/ip4/127.0.0.1/tcp/1/p2p/Qm",)))
+    app.worker = workers["a0"]
+    text = render_metrics(app)
+    misses = workers["a0"].recovery.deadline_misses
+    assert misses >= 1 and f"skippipe_peer_hop_deadline_misses_total {misses}" in text
+    assert "skippipe_peer_late_peers 1" in text
 
 
 def counts_at(workers, origins, iteration):
