@@ -29,6 +29,12 @@ from peer.transport.rpc import RemoteError, RpcClient
 
 logger = logging.getLogger(__name__)
 RETRYABLE = {ErrorCode.OVERLOADED, ErrorCode.STALE_SCHEDULE}
+# a forward its next hop refuses as of another epoch goes to another replica after this long: a
+# peer that has not read the epoch yet reads it at its next iteration boundary, but one that
+# was stopped while the epoch was current may never see it (the DHT holds the newest schedule
+# only): retried for the whole 30 s send deadline, each such forward cost an iteration 30 s
+# (tests/swarm/test_churn.py, the stopped peer, in CI)
+STALE_FORWARD_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -80,16 +86,19 @@ class Sender:
             checked = payload if restored is None else tensor_codec.encode(restored)
             self.spot.maybe_check(schedule, route, request, dest.peer, checked)
             ok = await self.send_with_retries(dest.peer, request, f"microbatch {mb} {nxt.kind.name}",
-                                              give_up_when_suspect=recoverable)
+                                              give_up_when_suspect=recoverable,
+                                              stale_deadline_s=STALE_FORWARD_S if recoverable else None)
         return Undeliverable(dest.peer) if not ok and recoverable else None
 
     async def send_with_retries(self, peer: str, request, what: str, deadline_s: float | None = None,
-                                give_up_when_suspect: bool = True) -> bool:
+                                give_up_when_suspect: bool = True, stale_deadline_s: float | None = None) -> bool:
         """Deliver `request`, retrying back-pressure and transport errors (capped backoff)
         until the deadline (or until `peer` is suspect, when there is somewhere else to go);
-        False (logged) if it never got in."""
+        False (logged) if it never got in. `stale_deadline_s`: a shorter deadline once `peer`
+        answered STALE_SCHEDULE (a forward that another replica can take)."""
         delay, attempts = 0.05, 0
-        deadline = time.monotonic() + (deadline_s or self.settings.send_deadline_s)
+        started = time.monotonic()
+        deadline = started + (deadline_s or self.settings.send_deadline_s)
         while True:
             attempts += 1
             try:
@@ -102,6 +111,8 @@ class Sender:
                 if exc.code not in RETRYABLE or self._futile(exc, request):
                     logger.warning("%s rejected by %s: %s", what, peer[:12], exc)
                     return False
+                if exc.code == ErrorCode.STALE_SCHEDULE and stale_deadline_s is not None:
+                    deadline = min(deadline, started + stale_deadline_s)
                 problem = str(exc)
             except TransportError as exc:
                 problem = str(exc)

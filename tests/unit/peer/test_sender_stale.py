@@ -42,3 +42,19 @@ def test_the_book_says_which_epochs_it_keeps_past_a_missed_one():
     book.began(40, as_origin=True)
     book.add(Schedule("r", 2, "skippipe", 2, 0.0, s1.assignment, (), start_iteration=28))  # read too late
     assert book.missed(2) and book.missed_after(1) and not book.missed_after(2)
+
+
+def test_a_forward_refused_as_of_another_epoch_is_given_up_after_a_short_deadline():
+    """A stage replica stopped while epoch 2 was current never read it (the DHT holds only the
+    newest schedule) and refused the origins' epoch-2 forwards: each was retried 30 s."""
+    import time
+    from peer.pipeline.settings import WorkerSettings
+
+    async def call(peer, request, timeout):
+        raise RemoteError(peer, m.ErrorReply(ErrorCode.STALE_SCHEDULE, "epoch 2 does not apply here (we use 1)"))
+    sender = Sender("o", "r", SimpleNamespace(call=call, versions={}), Health(), WorkerSettings(send_deadline_s=30.0),
+                    SimpleNamespace(current=None), None, None, None, lambda epoch: False)
+    done = m.IterationDone("r", 2, 13, m.MicrobatchCounts())
+    t0 = time.monotonic()
+    assert asyncio.run(sender.send_with_retries("a", done, "forward", stale_deadline_s=0.5)) is False
+    assert time.monotonic() - t0 < 2.0
