@@ -138,7 +138,9 @@ def train(spec: m.RunSpec, data, held_out, poison: str = "", checks: bool = True
         timer.remove()
     stages = [workers["o0"].seat.runner.module.eval(), workers["a1"].seat.runner.module.eval()]
     loss = math.log(perplexity(stages, (0, 1), held_out))
+    bounds = [w.spot.bound for w in workers.values()]
     return {"loss": loss, "iteration_s": seconds / spec.max_steps, "workers": workers,
+            "left_out": sum(sum(b.left_out.values()) for b in bounds), "judged": sum(b.judged for b in bounds),
             "iteration_cpu_s": cpu_seconds / spec.max_steps, "checks_s": timer.seconds / spec.max_steps}
 
 
@@ -194,14 +196,17 @@ def poisoned_backward(spec, data, held_out, honest: dict) -> tuple[Outcome, floa
     run = train_with_backward_cheater(spec, data, held_out, STAGE_OF, PATHS)
     bound_only = train_with_backward_cheater(spec, data, held_out, STAGE_OF, PATHS, checks=False)
     unopposed = train_with_backward_cheater(spec, data, held_out, STAGE_OF, PATHS, checks=False, bound=False)
-    ok = (run["loss"] <= honest["loss"] * 1.05 and run["banned"] == [CHEATER] and not run["honest_reported"])
+    ok = (run["loss"] <= honest["loss"] * 1.05 and run["banned"] == [CHEATER] and not run["honest_reported"]
+          and bound_only["loss"] <= honest["loss"] * 1.05)      # checks are off by default: the bound alone
     return Outcome(f"backward gradients x{FACTOR:g} (one of three replicas)", ok,
                    f"held-out loss {run['loss']:.4f} vs honest {honest['loss']:.4f} "
                    f"({100 * (run['loss'] / honest['loss'] - 1):+.2f}%); {CHEATER} banned {run['banned']} "
                    f"(checks at rate {RATE}: {run['backward_failed']} failed backward checks, planned out from "
                    f"iteration {run['ban_iteration']}), honest peers reported: {run['honest_reported'] or 'none'}; "
-                   f"without checks (the size bound alone): loss {bound_only['loss']:.4f}; with neither: "
-                   f"{unopposed['loss']:.4f}"), run["loss"]
+                   f"without checks (the default: the size bound alone): loss {bound_only['loss']:.4f} "
+                   f"({100 * (bound_only['loss'] / honest['loss'] - 1):+.2f}%; left out {bound_only['cheater_left_out']} "
+                   f"of {CHEATER}'s, {bound_only['honest_left_out']} of {bound_only['judged']} honest); with neither: "
+                   f"{unopposed['loss']:.4f}"), max(run["loss"], bound_only["loss"])
 
 
 def overhead(spec, data, held_out, repeats: int) -> dict:
@@ -258,7 +263,8 @@ def main() -> int:
     t0 = time.monotonic()
     honest = train(spec, data, held_out)
     print(f"honest run: {args.steps} iterations, held-out loss {honest['loss']:.4f}, "
-          f"{honest['iteration_s']:.3f}s per iteration", flush=True)
+          f"{honest['iteration_s']:.3f}s per iteration; returned gradients left out by the size bound: "
+          f"{honest['left_out']} of {honest['judged']}", flush=True)
     outcomes = attacks.control_plane_and_admission(spec)
     outcomes += [attacks.lying_advert(spec), attacks.forged_reports()]
     shares, loss_poisoned = poisoned_shares(spec, data, held_out, honest)

@@ -111,6 +111,9 @@ def render_metrics(app) -> str:
                   "(fresh weights or an older checkpoint: training lost)", worker.seat.stale_starts)
         e.counter("skippipe_peer_hop_deadline_misses_total", "microbatches routed around a next hop that kept "
                   "them past their hop deadline (peer/pipeline/hop_deadlines.py)", worker.recovery.deadline_misses)
+        e.counter("skippipe_peer_backward_gradients_left_out_total", "returned gradients taken as zero: of "
+                  "outlying size for their stage, or from a peer that failed a backward check",
+                  worker.spot.stats["backward_left_out"])
         e.gauge("skippipe_peer_late_peers", "peers marked late by our hop deadlines now", len(worker.recovery.health.late_peers()))
         e.gauge("skippipe_peer_iteration_seconds", "duration of the last finished iteration", took)
         e.gauge("skippipe_peer_tokens_per_second", "tokens/s of the last iteration (stage-0 peers)", tokens_s)

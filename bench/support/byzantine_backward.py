@@ -6,6 +6,7 @@ part is played here: its BanList (reports count only from the receivers of the c
 on the published routes) reads every published report, and on a ban a schedule without the
 cheater starts two iterations later, as the coordinator's re-plan would."""
 import asyncio
+import collections
 import dataclasses
 import math
 
@@ -72,6 +73,11 @@ def train_with_backward_cheater(spec, data, held_out, stage_of: dict[str, int], 
     workers = asyncio.run(go())
     stages = [workers[origins[0]].seat.runner.module.eval(), workers["a1"].seat.runner.module.eval()]
     failed_honest = {r.suspect for w in workers.values() for r in w.spot.reports if not r.passed} - {CHEATER}
+    left_out = collections.Counter()
+    for w in workers.values():
+        left_out.update(w.spot.bound.left_out)
     return {"loss": math.log(perplexity(stages, (0, 1), held_out)), "banned": sorted(bans.banned),
+            "cheater_left_out": left_out.pop(CHEATER, 0), "honest_left_out": sum(left_out.values()),
+            "judged": sum(w.spot.bound.judged for w in workers.values()),
             "ban_iteration": found.get("iteration"), "honest_reported": sorted(failed_honest),
             "backward_failed": len(found.get("failed", ()))}

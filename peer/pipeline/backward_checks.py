@@ -43,9 +43,9 @@ MAX_INPUTS = 8             # P': inputs kept for a gradient that may follow (eac
 MAX_KEYS = 64              # W's and Z's notes of which hops are checked
 MAX_SENT = 8               # Z: gradients sent before the forward's reference came, kept for it
 BOUND_FACTOR = 20.0        # a returned gradient more than this x the typical one is left out
-BOUND_WINDOW = 16          # the typical one: the median norm of the last this many we received (few:
-#                            honest norms fall 10x in the first iterations)
-BOUND_MIN_SEEN = 1
+BOUND_WINDOW = 16          # the typical one: from the last this many of a producer (few: honest
+#                            norms fall 10x in the first iterations)
+BOUND_MIN_SEEN = 4         # a producer's own window is used from this many on
 
 
 def gradient_problem(route: Route, hop: int, remote: str, suspect: str, me: str,
@@ -79,33 +79,49 @@ def gradient_reference_problem(route: Route, hop: int, remote: str, suspect: str
 
 class GradientBound:
     """Returned gradients of outlying size are left out, as outlying gradient shares are
-    (robust_shares.py): a backward gradient whose norm is more than BOUND_FACTOR x the median of
-    the last BOUND_WINDOW we received or sent (all senders; the gradients we send upstream
-    ourselves, the origin's head gradients first, show the scale from the first microbatch on) is
-    taken as zero and logged. This bounds a poisoner before any check samples it (a large gradient would
-    also inflate Adam's second moments for hundreds of steps); a gradient of ordinary size but
-    wrong (a sign flip) is left to the checks. Every norm joins the window, so a real change of
-    scale is followed once it holds for half the window."""
+    (robust_shares.py): a backward gradient whose norm is more than BOUND_FACTOR x the typical
+    one of its producer (the stage whose input it is the gradient of, or the origin's head) is
+    taken as zero and logged. The typical one: the lower quartile of the last BOUND_WINDOW that
+    producer's replicas returned to us (per producer, since scales differ by stage: one window
+    for all once left out an honest stage's gradients, norm 1.02 against a typical 0.0135, and
+    split that stage's replicas; the lower quartile, so a poisoning replica that returns fewer
+    than three quarters of them cannot raise it), and until BOUND_MIN_SEEN came from it the
+    median of the gradients we sent upstream ourselves (trusted: the scale from the first
+    microbatch on). This bounds a poisoner before any check samples it (a large gradient would
+    also inflate Adam's second moments for hundreds of steps), with spot checks on or off; a
+    gradient of ordinary size but wrong (a sign flip) is left to the checks. Every norm joins its
+    window, so a real change of scale is followed once it holds for three quarters of it."""
 
     def __init__(self, factor: float = BOUND_FACTOR, window: int = BOUND_WINDOW, min_seen: int = BOUND_MIN_SEEN):
-        self.factor, self.min_seen = factor, min_seen
-        self.norms: collections.deque[float] = collections.deque(maxlen=window)
+        self.factor, self.window, self.min_seen = factor, window, min_seen
+        self.sent: collections.deque[float] = collections.deque(maxlen=window)
+        self.received: dict[object, collections.deque[float]] = {}
         self.left_out: collections.Counter[str] = collections.Counter()
+        self.judged = 0                  # returned gradients seen, taken or not
 
     def note(self, grad: torch.Tensor) -> None:
         """A gradient we send upstream (ours: trusted)."""
-        self.norms.append(float(torch.linalg.vector_norm(grad.float())))
+        self.sent.append(float(torch.linalg.vector_norm(grad.float())))
 
-    def admit(self, sender: str, grad: torch.Tensor) -> bool:
+    def typical(self, producer: object) -> float | None:
+        seen = self.received.get(producer, ())
+        if len(seen) >= self.min_seen:
+            return sorted(seen)[len(seen) // 4]
+        return statistics.median(self.sent) if self.sent else None
+
+    def admit(self, sender: str, grad: torch.Tensor, producer: object = None) -> bool:
+        """Whether `sender`'s gradient, produced by `producer` (a stage, or "head"), is taken."""
         norm = float(torch.linalg.vector_norm(grad.float()))
-        typical = statistics.median(self.norms) if len(self.norms) >= self.min_seen else None
-        self.norms.append(norm)
+        typical = self.typical(producer)
+        self.judged += 1
+        self.received.setdefault(producer, collections.deque(maxlen=self.window)).append(norm)
         if typical is None or norm <= self.factor * max(typical, 1e-30):
             return True
         self.left_out[sender] += 1
         if self.left_out[sender] == 1 or self.left_out[sender] % 100 == 0:
-            logger.warning("a backward gradient from %s of norm %.3g (typical %.3g) is left out (%d so far)",
-                           sender[:12], norm, typical, self.left_out[sender])
+            logger.warning("a backward gradient from %s (%s) of norm %.3g (typical %.3g) is left out (%d so far)",
+                           sender[:12], producer if producer == "head" else f"stage {producer}", norm, typical,
+                           self.left_out[sender])
         return False
 
 

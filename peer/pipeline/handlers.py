@@ -115,7 +115,8 @@ class WorkHandlers:
         self._origin_moved_on(route.origin, header.iteration)
         tensor = self._decode_activation(remote, payload, phase)
         # a gradient of outlying size, or from a peer whose backward failed our check, is left out
-        taken = w.spot.taken_backward(remote, tensor) if phase == Phase.BACKWARD else tensor
+        taken = tensor if phase == Phase.FORWARD else \
+            w.spot.taken_backward(remote, tensor, pv.gradient_producer(route, header.hop_index))
         try:
             await w.inbox.put(header.iteration, task, Work(taken, route, header.attempt, remote))
         except InboxFull as exc:

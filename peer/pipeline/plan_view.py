@@ -81,6 +81,13 @@ def next_hop(route: Route, hop_index: int) -> str:
     return route.hops[nxt].peer if nxt < len(route.hops) else route.origin
 
 
+def gradient_producer(route: Route, hop_index: int) -> int | str:
+    """Whose input gradient hop `hop_index` gets back: the next hop's stage, or the origin's
+    "head" after the last hop (the returned-gradient bound's windows are per producer)."""
+    nxt = hop_index + 1
+    return route.hops[nxt].stage if nxt < len(route.hops) else "head"
+
+
 def destination(route: Route, task: TaskKey) -> Destination | None:
     """Where the output of `task` is sent; None when it stays here (or the microbatch is done)."""
     n = len(route.hops)

@@ -299,15 +299,11 @@ class SpotChecks:
             logger.warning("the gradients %s returns are left out from now on (a failed backward check); "
                            "its microbatches still count", r.suspect)
 
-    def taken_backward(self, sender: str, grad: torch.Tensor) -> torch.Tensor:
+    def taken_backward(self, sender: str, grad: torch.Tensor, producer: object = None) -> torch.Tensor:
         """The backward gradient `sender` returned, as we use it: zero when its backwards failed
-        our check or, with checks on, it is of outlying size (so a poisoner harms only until it is
-        caught). Only with checks on: the bound's window mixes the gradients we send with those
-        we receive, whose scales differ by stage, and it once left out an honest stage's
-        gradients (norm 1.02 against a typical 0.0135) in a run without checks, which split
-        that stage's replicas apart (tests/swarm/test_churn.py)."""
-        checking = self.sampler.rate > 0
-        if sender in self.distrusted or (checking and not self.bound.admit(sender, grad)):
+        our check or it is of outlying size for its producer (`producer`: the stage whose input
+        gradient it is, or "head"; so a poisoner harms only until it is caught)."""
+        if sender in self.distrusted or not self.bound.admit(sender, grad, producer):
             self.stats["backward_left_out"] += 1
             return torch.zeros_like(grad)
         return grad

@@ -85,6 +85,8 @@ def test_an_honest_swarm_with_checks_on_reports_only_passes_and_trains_the_same(
     assert all(r.relative_error < 1e-5 for _, r in reports)       # fp32 replicas agree closely
     plain, none = run(0.0)
     assert none == {}
+    # the returned-gradient size bound (on with checks off too) leaves no honest gradient out
+    assert all(w.spot.stats["backward_left_out"] == 0 for w in {**checked, **plain}.values())
     # checking changes nothing the training computes, up to the order gradients add up in: on a
     # loaded machine that order differs, and Adam turns a rounding difference in a near-zero
     # gradient into a step of up to the learning rate, so compare the updates as a whole
@@ -115,6 +117,15 @@ def test_a_replica_returning_wrong_backward_gradients_is_reported_and_banned():
     for reporter, record in records.items():
         bans.observe(reporter, record.reports)
     assert set(bans.banned) == {"p"} and bans.ignored_reports == 0
+    assert [o.completed for o in workers["o"].ledger.history] == [4, 4, 4]
+
+
+def test_with_checks_off_gradients_of_outlying_size_are_still_left_out_by_their_receivers():
+    """The default (no spot checks): the size bound alone takes -100x gradients as zero, at both
+    peers p returns them to, from the first one (iteration 1: its first wrong one), and nothing of q's."""
+    workers, records = run(0.0, cheat="badgrad@1:-100")
+    assert records == {}
+    assert workers["o"].spot.bound.left_out == workers["z"].spot.bound.left_out == {"p": 2}
     assert [o.completed for o in workers["o"].ledger.history] == [4, 4, 4]
 
 

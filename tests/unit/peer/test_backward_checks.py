@@ -12,6 +12,7 @@ from protocol.spot_checks import SpotCheckGradient, SpotCheckGradientReference, 
 
 from peer.compute.runner import StageRunner
 from peer.pipeline import backward_checks as bc
+from peer.security.spot_check_rules import SpotSampler
 from tests.unit.peer.test_pipeline_spot_checks import (HEAD_ROUTE, ROUTE, SCHEDULE, SPEC, STAGE_OF, FakeWorker,
                                                        comparer, header, spot_checks)
 
@@ -150,13 +151,48 @@ def test_second_replica_recomputes_the_backward_and_sends_it_to_the_previous_hop
 def test_returned_gradients_of_outlying_size_are_left_out_from_the_first_one():
     bound = bc.GradientBound()
     g = torch.randn(2, 8, 64)
-    bound.note(g)                                              # the head gradient we sent
-    assert not bound.admit("c", -100 * g)                      # the first returned gradient already
-    assert bound.admit("a", 1.1 * g) and bound.admit("b", -g)  # a sign flip is the checks' job
+    bound.note(g)                                                        # the head gradient we sent
+    assert not bound.admit("c", -100 * g, 2)                             # the first returned gradient already
+    assert bound.admit("a", 1.1 * g, 2) and bound.admit("b", -g, 2)      # a sign flip is the checks' job
     assert bound.left_out == {"c": 1}
-    for _ in range(bc.BOUND_WINDOW):                           # a real change of scale is followed
-        bound.admit("a", 30 * g)
-    assert bound.admit("b", 30 * g) and not bound.admit("c", 3000 * g)
+    for _ in range(bc.BOUND_WINDOW):                                     # a real change of scale is followed
+        bound.admit("a", 30 * g, 2)
+    assert bound.admit("b", 30 * g, 2) and not bound.admit("c", 3000 * g, 2)
+
+
+def test_each_producer_is_bounded_by_its_own_scale():
+    """Scales differ by stage (an honest stage's gradients 75x another's were once left out when
+    one window held all): a stage's gradients are compared with that stage's."""
+    bound = bc.GradientBound()
+    small, large = 0.01 * torch.randn(4, 64), torch.randn(4, 64)
+    for _ in range(bc.BOUND_MIN_SEEN):
+        bound.note(small)
+        assert bound.admit("s", small, 1)
+    bound.admit("x", large, 3)            # a first one of another scale may be left out (ours say small)
+    for _ in range(bc.BOUND_MIN_SEEN):
+        bound.admit("y", large, 3)
+    assert bound.admit("y", 1.5 * large, 3)         # stage 3's own scale now
+    assert not bound.admit("z", large, 1)           # stage 1 is still small: 100x is left out
+    assert bound.admit("s", 2 * small, 1)
+
+
+def test_a_poisoning_replica_returning_half_a_stages_gradients_cannot_raise_the_bound():
+    bound = bc.GradientBound()
+    g = torch.randn(4, 64)
+    bound.note(g)                                   # one we sent
+    taken = [bound.admit(who, (100 * g if who == "c" else g), 2)
+             for _ in range(4 * bc.BOUND_WINDOW) for who in ("a", "c")]
+    assert all(taken[0::2]) and not any(taken[1::2])
+    assert bound.left_out == {"c": 4 * bc.BOUND_WINDOW}
+
+
+def test_the_bound_acts_with_spot_checks_off():
+    w, spot, _, _ = comparer()
+    spot.sampler = SpotSampler(0.0)
+    g = torch.randn(2, 8, 64)
+    spot.bound.note(g)
+    assert torch.equal(spot.taken_backward("p", -100 * g, 1), torch.zeros_like(g))
+    assert spot.taken_backward("q", g, 1) is g and spot.stats["backward_left_out"] == 1
 
 
 def test_a_peer_whose_backward_failed_our_check_has_its_gradients_left_out():
