@@ -45,7 +45,8 @@ MAX_SENT = 8               # Z: gradients sent before the forward's reference ca
 BOUND_FACTOR = 20.0        # a returned gradient more than this x the typical one is left out
 BOUND_WINDOW = 16          # the typical one: from the last this many of a producer (few: honest
 #                            norms fall 10x in the first iterations)
-BOUND_MIN_SEEN = 4         # a producer's own window is used from this many on
+BOUND_MIN_SEEN = 4         # a kind's own window is used from this many on
+MAX_HEADS = 256            # head gradient norms kept for the gain of their microbatch
 
 
 def gradient_problem(route: Route, hop: int, remote: str, suspect: str, me: str,
@@ -79,49 +80,63 @@ def gradient_reference_problem(route: Route, hop: int, remote: str, suspect: str
 
 class GradientBound:
     """Returned gradients of outlying size are left out, as outlying gradient shares are
-    (robust_shares.py): a backward gradient whose norm is more than BOUND_FACTOR x the typical
-    one of its producer (the stage whose input it is the gradient of, or the origin's head) is
-    taken as zero and logged. The typical one: the lower quartile of the last BOUND_WINDOW that
-    producer's replicas returned to us (per producer, since scales differ by stage: one window
-    for all once left out an honest stage's gradients, norm 1.02 against a typical 0.0135, and
-    split that stage's replicas; the lower quartile, so a poisoning replica that returns fewer
-    than three quarters of them cannot raise it), and until BOUND_MIN_SEEN came from it the
-    median of the gradients we sent upstream ourselves (trusted: the scale from the first
-    microbatch on). This bounds a poisoner before any check samples it (a large gradient would
-    also inflate Adam's second moments for hundreds of steps), with spot checks on or off; a
-    gradient of ordinary size but wrong (a sign flip) is left to the checks. Every norm joins its
-    window, so a real change of scale is followed once it holds for three quarters of it."""
+    (robust_shares.py): a backward gradient more than BOUND_FACTOR x the typical one of its kind
+    is taken as zero and logged, with spot checks on or off. This bounds a poisoner before any
+    check samples it (a large gradient would also inflate Adam's second moments for hundreds of
+    steps); a gradient of ordinary size but wrong (a sign flip) is left to the checks.
+
+    What is compared, per kind (scales differ by stage: one window for all once left out an
+    honest stage's gradients, norm 1.02 against a typical 0.0135, and split its replicas):
+    - at the origin, the gradient back from the route's first hop is divided by the norm of the
+      head gradient we sent that microbatch: the gain of the hops after stage 0, per chain of
+      their stages. A loss spike raises both (that 1.02 came back for a head gradient 5x the
+      usual: a gain of 14 against the usual 1), a poisoner's factor shows in full;
+    - elsewhere, the norm itself, per producer (the stage whose input gradient it is, or the
+      origin's "head"): we cannot see what our next hop was given.
+    The typical one is the lower quartile of the last BOUND_WINDOW of its kind (so a poisoning
+    replica that returns fewer than three quarters of them cannot raise it); until
+    BOUND_MIN_SEEN came, the norm is compared with the median of the gradients we sent upstream
+    ourselves (trusted: the scale from the first microbatch on). Every value joins its window,
+    so a real change of scale is followed once it holds for three quarters of it."""
 
     def __init__(self, factor: float = BOUND_FACTOR, window: int = BOUND_WINDOW, min_seen: int = BOUND_MIN_SEEN):
         self.factor, self.window, self.min_seen = factor, window, min_seen
         self.sent: collections.deque[float] = collections.deque(maxlen=window)
-        self.received: dict[object, collections.deque[float]] = {}
+        self.heads: collections.OrderedDict[object, float] = collections.OrderedDict()   # (i, mb) -> norm
+        self.seen: dict[object, collections.deque[float]] = {}
         self.left_out: collections.Counter[str] = collections.Counter()
         self.judged = 0                  # returned gradients seen, taken or not
 
-    def note(self, grad: torch.Tensor) -> None:
-        """A gradient we send upstream (ours: trusted)."""
-        self.sent.append(float(torch.linalg.vector_norm(grad.float())))
-
-    def typical(self, producer: object) -> float | None:
-        seen = self.received.get(producer, ())
-        if len(seen) >= self.min_seen:
-            return sorted(seen)[len(seen) // 4]
-        return statistics.median(self.sent) if self.sent else None
-
-    def admit(self, sender: str, grad: torch.Tensor, producer: object = None) -> bool:
-        """Whether `sender`'s gradient, produced by `producer` (a stage, or "head"), is taken."""
+    def note(self, grad: torch.Tensor, head_of: object = None) -> None:
+        """A gradient we send upstream (ours: trusted); `head_of`: the (iteration, microbatch)
+        whose head gradient it is."""
         norm = float(torch.linalg.vector_norm(grad.float()))
-        typical = self.typical(producer)
+        self.sent.append(norm)
+        if head_of is not None:
+            self.heads[head_of] = norm
+            self.heads.move_to_end(head_of)
+            while len(self.heads) > MAX_HEADS:
+                self.heads.popitem(last=False)
+
+    def admit(self, sender: str, grad: torch.Tensor, producer: object = None, head_of: object = None) -> bool:
+        """Whether `sender`'s gradient is taken: produced by `producer` (a stage, "head", or at
+        the origin the chain of stages after stage 0, with `head_of` naming the microbatch)."""
+        norm = float(torch.linalg.vector_norm(grad.float()))
         self.judged += 1
-        self.received.setdefault(producer, collections.deque(maxlen=self.window)).append(norm)
-        if typical is None or norm <= self.factor * max(typical, 1e-30):
+        head = self.heads.get(head_of) if head_of is not None else None
+        kind, value = (("gain", producer), norm / max(head, 1e-30)) if head else (producer, norm)
+        seen = self.seen.setdefault(kind, collections.deque(maxlen=self.window))
+        own = len(seen) >= self.min_seen          # else the norm against what we sent
+        typical = sorted(seen)[len(seen) // 4] if own else (statistics.median(self.sent) if self.sent else None)
+        measured = value if own else norm
+        seen.append(value)
+        if typical is None or measured <= self.factor * max(typical, 1e-30):
             return True
         self.left_out[sender] += 1
         if self.left_out[sender] == 1 or self.left_out[sender] % 100 == 0:
-            logger.warning("a backward gradient from %s (%s) of norm %.3g (typical %.3g) is left out (%d so far)",
-                           sender[:12], producer if producer == "head" else f"stage {producer}", norm, typical,
-                           self.left_out[sender])
+            what = "gain" if own and head else "norm"
+            logger.warning("a backward gradient from %s (stages %s) of %s %.3g (typical %.3g) is left out (%d so far)",
+                           sender[:12], producer, what, measured, typical, self.left_out[sender])
         return False
 
 

@@ -116,7 +116,7 @@ class WorkHandlers:
         tensor = self._decode_activation(remote, payload, phase)
         # a gradient of outlying size, or from a peer whose backward failed our check, is left out
         taken = tensor if phase == Phase.FORWARD else \
-            w.spot.taken_backward(remote, tensor, pv.gradient_producer(route, header.hop_index))
+            w.spot.taken_backward(remote, tensor, route, header.hop_index, header.iteration)
         try:
             await w.inbox.put(header.iteration, task, Work(taken, route, header.attempt, remote))
         except InboxFull as exc:

@@ -77,7 +77,8 @@ class Sender:
             ok = False  # known dead, or late with our work (hop deadlines): do not wait on it again
         else:
             if dest.phase == Phase.BACKWARD:
-                self.spot.bound.note(tensor)   # the scale a returned gradient is bounded by
+                # the scale a returned gradient is bounded by (and, for a head gradient, its gain)
+                self.spot.bound.note(tensor, (i, mb) if task.kind == pv.Kind.HEAD else None)
             payload = tensor_codec.encode(tensor)
             request = (m.ForwardRequest if dest.phase == Phase.FORWARD else m.BackwardRequest)(header, payload)
             request, restored = self.wire.pack(request, tensor, schedule, dest.peer)

@@ -299,11 +299,15 @@ class SpotChecks:
             logger.warning("the gradients %s returns are left out from now on (a failed backward check); "
                            "its microbatches still count", r.suspect)
 
-    def taken_backward(self, sender: str, grad: torch.Tensor, producer: object = None) -> torch.Tensor:
-        """The backward gradient `sender` returned, as we use it: zero when its backwards failed
-        our check or it is of outlying size for its producer (`producer`: the stage whose input
-        gradient it is, or "head"; so a poisoner harms only until it is caught)."""
-        if sender in self.distrusted or not self.bound.admit(sender, grad, producer):
+    def taken_backward(self, sender: str, grad: torch.Tensor, route: Route, hop: int, iteration: int) -> torch.Tensor:
+        """The backward gradient `sender` returned to our `hop` of `route`, as we use it: zero
+        when its backwards failed our check or it is of outlying size (GradientBound), so a
+        poisoner harms only until it is caught."""
+        if hop == 0:       # ours as the origin: its gain over the head gradient we sent
+            producer, head_of = tuple(h.stage for h in route.hops[1:]), (iteration, route.microbatch_id)
+        else:
+            producer, head_of = pv.gradient_producer(route, hop), None
+        if sender in self.distrusted or not self.bound.admit(sender, grad, producer, head_of):
             self.stats["backward_left_out"] += 1
             return torch.zeros_like(grad)
         return grad

@@ -186,20 +186,39 @@ def test_a_poisoning_replica_returning_half_a_stages_gradients_cannot_raise_the_
     assert bound.left_out == {"c": 4 * bc.BOUND_WINDOW}
 
 
+def test_at_the_origin_a_loss_spike_is_taken_and_a_poisoners_gain_is_not():
+    """The origin divides what comes back by the head gradient it sent for that microbatch: a
+    loss spike (head gradient 5x, returned 78x: a gain of 14 against the usual 1, as seen in
+    tests/swarm/test_churn.py) is taken; the same chain's -100x gain is left out."""
+    bound = bc.GradientBound()
+    g = torch.randn(4, 64)
+    chain = (1,)
+    for i in range(bc.BOUND_WINDOW):
+        bound.note(g, (i, 0))
+        assert bound.admit("p", 1.05 * g, chain, (i, 0))
+    bound.note(5 * g, (99, 0))
+    assert bound.admit("p", 78 * g, chain, (99, 0))                  # 78x the usual norm, gain 15.6
+    bound.note(g, (100, 0))
+    assert not bound.admit("c", -100 * g, chain, (100, 0))
+    assert bound.left_out == {"c": 1}
+    # without the head gradient (not ours, or forgotten) the norm is what counts
+    assert not bound.admit("p", 78 * g, chain)
+
+
 def test_the_bound_acts_with_spot_checks_off():
     w, spot, _, _ = comparer()
     spot.sampler = SpotSampler(0.0)
     g = torch.randn(2, 8, 64)
     spot.bound.note(g)
-    assert torch.equal(spot.taken_backward("p", -100 * g, 1), torch.zeros_like(g))
-    assert spot.taken_backward("q", g, 1) is g and spot.stats["backward_left_out"] == 1
+    assert torch.equal(spot.taken_backward("p", -100 * g, ROUTE, 0, 0), torch.zeros_like(g))
+    assert spot.taken_backward("q", g, ROUTE, 0, 0) is g and spot.stats["backward_left_out"] == 1
 
 
 def test_a_peer_whose_backward_failed_our_check_has_its_gradients_left_out():
     async def scenario():
         w, spot, _, _ = comparer()
         g = torch.randn(2, 8, 64)
-        assert spot.taken_backward("p", g) is g
+        assert spot.taken_backward("p", g, ROUTE, 0, 0) is g
         spot.backward.watch(header(hop=1), "p", "q", 1)
         spot.backward.saw_backward(header(hop=0), "p", -g, "float32")
         spot.backward.add_reference(header(hop=0), "p", "q", g, "float32")
@@ -207,5 +226,6 @@ def test_a_peer_whose_backward_failed_our_check_has_its_gradients_left_out():
         return spot, g
     spot, g = asyncio.run(scenario())
     assert spot.distrusted == {"p"}
-    assert torch.equal(spot.taken_backward("p", g), torch.zeros_like(g)) and spot.taken_backward("q", g) is g
+    assert torch.equal(spot.taken_backward("p", g, ROUTE, 0, 0), torch.zeros_like(g))
+    assert spot.taken_backward("q", g, ROUTE, 0, 0) is g
     assert spot.stats["backward_left_out"] == 1
