@@ -127,6 +127,12 @@ def test_with_checks_off_gradients_of_outlying_size_are_still_left_out_by_their_
     assert records == {}
     assert workers["o"].spot.bound.left_out == workers["z"].spot.bound.left_out == {"p": 2}
     assert [o.completed for o in workers["o"].ledger.history] == [4, 4, 4]
+    from peer.app import PeerApp
+    from peer.config import PeerConfig
+    from peer.metrics import render_metrics
+    app = PeerApp(PeerConfig(initial_peers=("/ip4/127.0.0.1/tcp/1/p2p/Qm",)))
+    app.worker = workers["o"]
+    assert "skippipe_peer_backward_gradients_left_out_total 2" in render_metrics(app)
 
 
 def test_an_honest_swarm_passes_backward_checks_with_int8_on_the_wire():
