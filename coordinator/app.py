@@ -313,7 +313,7 @@ class CoordinatorApp:
             return
         start = self._next_start_iteration()
         schedule = dataclasses.replace(schedule, start_iteration=start, **self.published.data_fields(self.ledger, start))
-        await self.records.put_schedule(schedule, previous=self._running_schedule())
+        await self.records.put_schedule(schedule, previous=self._running_schedule(), superseded=self.schedule)
         self._adopt(schedule)
         self.topology = topology
         self.replans.append({"epoch": epoch, "published_at": time.time(), "start_iteration": schedule.start_iteration,
@@ -350,7 +350,7 @@ class CoordinatorApp:
         self.resync = []
         schedule = dataclasses.replace(self.schedule, epoch=self.schedule.epoch + 1, start_iteration=start,
                                        **self.published.data_fields(self.ledger, start))
-        await self.records.put_schedule(schedule, previous=self._running_schedule())
+        await self.records.put_schedule(schedule, previous=self._running_schedule(), superseded=self.schedule)
         self._adopt(schedule)
         self.replans.append({"epoch": schedule.epoch, "published_at": time.time(), "start_iteration": start,
                              "peers": len(schedule.assignment), "reason": why,

@@ -39,11 +39,17 @@ class CoordinatorRecords(RunRecords):
         record = sign("spec", codec.encode(spec), self.organiser)
         return await self._store(ids.spec_key(self.run), record, SPEC_TTL_S, subkey=self.owner_subkey)
 
-    async def put_schedule(self, schedule: Schedule, previous: Schedule | None = None) -> bool:
-        """The new schedule, and the one the swarm runs until it starts (`previous`) under its
-        own key: peers read only the first, a restarted coordinator both."""
+    async def put_schedule(self, schedule: Schedule, previous: Schedule | None = None,
+                           superseded: Schedule | None = None) -> bool:
+        """The new schedule, the one the swarm runs until it starts (`previous`) and the one
+        published just before it (`superseded`, when that is another), each under its own key: a
+        restarted coordinator reads the first two, a peer that finds it skipped epochs the last two."""
         if previous is not None:
             await self._store(ids.previous_schedule_key(self.run), sign("schedule", codec.encode(previous), self.organiser),
+                              SCHEDULE_TTL_S, subkey=self.owner_subkey)
+        if superseded is not None and superseded.epoch not in (schedule.epoch, getattr(previous, "epoch", None)):
+            await self._store(ids.superseded_schedule_key(self.run),
+                              sign("schedule", codec.encode(superseded), self.organiser),
                               SCHEDULE_TTL_S, subkey=self.owner_subkey)
         record = sign("schedule", codec.encode(schedule), self.organiser)
         return await self._store(ids.schedule_key(self.run), record, SCHEDULE_TTL_S, subkey=self.owner_subkey)

@@ -295,6 +295,7 @@ class PeerApp:
             return
         if schedule is None or schedule.run != self.config.run:
             return
+        known = self.book.latest.epoch if self.book.latest is not None else None
         try:
             if self.book.add(schedule):
                 logger.info("schedule epoch %d (from iteration %d, %s, %d routes)", schedule.epoch,
@@ -302,8 +303,24 @@ class PeerApp:
                 stage = schedule.stage_of().get(self.announcer.advert.peer_id)
                 if stage is not None and stage != self.announcer.advert.stage:
                     self.announcer.update(stage=stage)
+                if known is not None and schedule.epoch > known + 1:
+                    await self._read_skipped_epochs(known, schedule.epoch)
         except StaleSchedule as exc:
             logger.warning("ignoring schedule: %s", exc)
+
+    async def _read_skipped_epochs(self, known: int, newest: int) -> None:
+        """Epochs published while we could not read them (stopped, cut off): the origins may run
+        one of them now, and without it we refuse their work until the newest starts (bench/
+        faults.py: a peer paused through a pulled-in epoch cost the swarm 47 s)."""
+        try:
+            earlier = await self.records.get_earlier_schedules()
+        except Exception as exc:
+            logger.warning("reading the epochs we skipped failed: %s", exc)
+            return
+        for schedule in earlier:
+            if schedule.run == self.config.run and known < schedule.epoch < newest and self.book.add_skipped(schedule):
+                logger.info("schedule epoch %d (from iteration %d): one we skipped, read from the coordinator's "
+                            "earlier records", schedule.epoch, schedule.start_iteration)
 
     async def _watch_schedule(self) -> None:
         while True:

@@ -42,6 +42,12 @@ def previous_schedule_key(run: str) -> str:
     return _key(run, "schedule_previous")
 
 
+def superseded_schedule_key(run: str) -> str:
+    """The schedule published just before the current one (when it is not the previous one):
+    a peer that was stopped while it was current reads it on finding an epoch gap."""
+    return _key(run, "schedule_superseded")
+
+
 def progress_key(run: str) -> str:
     return _key(run, "progress")
 

@@ -51,6 +51,13 @@ class PeerRecords(RunRecords):
     async def get_schedule(self) -> Schedule | None:
         return await self._get_signed(ids.schedule_key(self.run), "schedule", Schedule, rank=lambda s: s.epoch)
 
+    async def get_earlier_schedules(self) -> list[Schedule]:
+        """The schedules the coordinator stored beside the newest: the one the swarm ran when it
+        was published and the one published just before it (read by a peer that skipped epochs)."""
+        found = [await self._get_signed(key(self.run), "schedule", Schedule, rank=lambda s: s.epoch)
+                 for key in (ids.previous_schedule_key, ids.superseded_schedule_key)]
+        return [s for s in found if s is not None]
+
     async def put_advert(self, advert: PeerAdvert, ttl_s: float) -> bool:
         return await self._store(ids.peers_key(self.run), advert, ttl_s, subkey=self.subkey)
 

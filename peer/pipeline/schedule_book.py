@@ -46,6 +46,30 @@ class ScheduleBook:
                 return False
             if schedule.epoch < latest.epoch:
                 raise StaleSchedule(f"epoch {schedule.epoch} is older than our epoch {latest.epoch}")
+        self._classify(schedule)
+        self._schedules.append(schedule)
+        del self._schedules[:-KEEP_SCHEDULES]
+        self._changed.set()
+        self._changed = asyncio.Event()
+        return True
+
+    def add_skipped(self, schedule: Schedule) -> bool:
+        """An epoch older than our newest that we never read (we were stopped or cut off while
+        it was current; the DHT's schedule key holds only the newest): the origins may run it,
+        and we refused their work of it until the next epoch started. Returns whether it is new."""
+        if not self._schedules or schedule.epoch >= self.latest.epoch or schedule.epoch < self._schedules[0].epoch \
+                or any(s.epoch == schedule.epoch for s in self._schedules):
+            return False
+        self._classify(schedule)
+        self._schedules.append(schedule)
+        self._schedules.sort(key=lambda s: s.epoch)
+        del self._schedules[:-KEEP_SCHEDULES]
+        self._changed.set()
+        self._changed = asyncio.Event()
+        return True
+
+    def _classify(self, schedule: Schedule) -> None:
+        """Set a newly read epoch aside as missed or late when we began its first iteration already."""
         if schedule.start_iteration <= self._began_as_origin:
             self._missed.add(schedule.epoch)
             running = self._running_epoch()
@@ -57,11 +81,6 @@ class ScheduleBook:
             logger.info("schedule epoch %d starts at iteration %d, which this peer began already: "
                         "following the origins' epoch until their work shows which", schedule.epoch,
                         schedule.start_iteration)
-        self._schedules.append(schedule)
-        del self._schedules[:-KEEP_SCHEDULES]
-        self._changed.set()
-        self._changed = asyncio.Event()
-        return True
 
     def for_iteration(self, iteration: int) -> Schedule | None:
         """The newest schedule whose start_iteration is <= iteration (of those not missed)."""

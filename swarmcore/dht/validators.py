@@ -69,7 +69,8 @@ def per_peer_keys(run: str) -> tuple[str, ...]:
 
 def control_keys(run: str) -> tuple[str, ...]:
     """The coordinator's keys: the run spec, the schedules and the roster, under its own owned subkey."""
-    return ids.spec_key(run), ids.schedule_key(run), ids.previous_schedule_key(run), ids.roster_key(run)
+    return (ids.spec_key(run), ids.schedule_key(run), ids.previous_schedule_key(run),
+            ids.superseded_schedule_key(run), ids.roster_key(run))
 
 
 def record_schema(run: str) -> type:

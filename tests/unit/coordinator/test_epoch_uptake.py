@@ -117,3 +117,30 @@ def test_a_non_origin_takes_an_epoch_read_before_it_began_the_epochs_first_itera
     s3 = schedule(2, start=28, epoch=3)
     book.add(s3)
     assert book.for_iteration(28) is s3
+
+
+def test_an_epoch_skipped_while_stopped_is_taken_when_read_later():
+    """bench/faults.py: a peer stopped through a pulled-in epoch (3, from 30) knew 2 (from 33) and
+    read 4 next; without 3 it served iterations 30-32 under epoch 1 and refused the origins' work."""
+    book = ScheduleBook()
+    s1, s2, s3, s4 = (schedule(2, start=start, epoch=e) for e, start in ((1, 0), (2, 33), (3, 30), (4, 42)))
+    book.add(s1)
+    book.add(s2)
+    book.began(26, as_origin=False)
+    book.add(s4)
+    assert book.for_iteration(31) is s1
+    assert book.add_skipped(s3)
+    # epoch 3 replaced 2 (the same routes from sooner): 2 never runs
+    assert book.latest is s4 and [book.for_iteration(i) for i in (29, 31, 34, 42)] == [s1, s3, s3, s4]
+    assert not book.add_skipped(s3) and not book.add_skipped(s4)           # known, or not older
+    assert not book.add_skipped(schedule(2, start=0, epoch=0))              # older than anything we keep
+
+
+def test_a_skipped_epoch_whose_start_we_passed_as_an_origin_is_missed():
+    book = ScheduleBook()
+    book.add(schedule(2, start=0, epoch=1))
+    book.began(31, as_origin=True)
+    book.add(schedule(2, start=42, epoch=4))
+    s3 = schedule(2, start=30, epoch=3)
+    assert book.add_skipped(s3) and book.missed(3)
+    assert book.for_iteration(31).epoch == 1       # we began 30 and 31 under epoch 1: kept

@@ -180,11 +180,12 @@ def test_an_epoch_published_far_ahead_of_a_crawling_swarm_goes_out_again_from_ne
     from coordinator.iteration_summaries import summarize
     app = CoordinatorApp(CoordinatorConfig(run="t", num_stages=2, skip_ratio=0.0, microbatch_samples=2,
                                            switch_margin_s=4.0))
-    stored = []
+    stored, superseded = [], []
 
     class Records:
-        async def put_schedule(self, schedule, previous=None):
+        async def put_schedule(self, schedule, previous=None, **kw):
             stored.append(schedule)
+            superseded.append(kw.get("superseded"))
     app.records = Records()
     routes = make_schedule("t", {"a": 0, "m": 1}, {0: ["a", "m"]}, epoch=5)
     app._adopt(dataclasses.replace(routes, start_iteration=40))
@@ -203,5 +204,6 @@ def test_an_epoch_published_far_ahead_of_a_crawling_swarm_goes_out_again_from_ne
     near = stored[0]
     assert near.epoch == 7 and near.routes == far.routes and 61 < near.start_iteration < 87 - 2
     assert set(far.data_retry) <= set(near.data_retry)       # the far epoch never runs: its retries move
+    assert superseded == [far]          # stored too: a peer stopped meanwhile knows only the far one
     asyncio.run(app._pull_in_far_start())
     assert len(stored) == 1                                  # near enough now: once

@@ -103,3 +103,27 @@ async def test_after_the_run_the_peer_lingers_republishing_its_progress():
     await asyncio.wait_for(app.life.run(app._serve()), 2.0)
     assert asyncio.get_running_loop().time() - started >= 0.3
     assert app.records.progress >= 1
+
+
+async def test_a_peer_that_skipped_epochs_reads_them_from_the_coordinators_earlier_records():
+    """Stopped while epoch 3 was current, a peer reads 4 next: it finds the gap and takes 3 (and
+    the one the swarm ran) from the coordinator's earlier records; without a gap it reads nothing."""
+    from tests.unit.tokendata.test_sample_cursor import schedule
+    app = app_with(forever, run="t")
+    s1, s3, s4 = (schedule(2, start=start, epoch=e) for e, start in ((1, 0), (3, 30), (4, 42)))
+    newest, earlier_reads = [s1], []
+
+    async def get_schedule():
+        return newest[-1]
+
+    async def get_earlier_schedules():
+        earlier_reads.append(1)
+        return [s1, s3]
+    app.records.get_schedule, app.records.get_earlier_schedules = get_schedule, get_earlier_schedules
+    await app.refresh_schedule()
+    newest.append(s4)
+    await app.refresh_schedule()
+    assert earlier_reads == [1] and [s.epoch for s in app.book._schedules] == [1, 3, 4]
+    assert app.book.for_iteration(31) is s3
+    await app.refresh_schedule()                 # nothing new: no read
+    assert earlier_reads == [1]
