@@ -32,6 +32,10 @@ from peer.transport.rpc import RemoteError, RpcClient
 
 logger = logging.getLogger(__name__)
 CHUNK_ELEMENTS = 1 << 19          # 2 MiB of float32 per reply
+# a donor that says we are no replica of the stage at that iteration may not have read our
+# epoch yet (a DHT poll: seconds); one that keeps saying so runs another epoch there (its
+# origins missed ours: tests/swarm/test_netns.py asked one for 120 s): not waited for beyond this
+NOT_MEMBER_PATIENCE_S = 20.0
 
 
 class NotReady(Exception):
@@ -134,6 +138,7 @@ class StateFetcher:
     def __init__(self, me: str, run: str, rpc: RpcClient, settings: WorkerSettings, seat: StageSeat):
         self.me, self.run, self.rpc, self.settings, self.seat = me, run, rpc, settings, seat
         self.pending = -1       # the last state taken: the update still pending with it (-1: none)
+        self._refused_since: dict[str, float] = {}   # donor -> first NOT_MEMBER of this fetch
 
     async def fetch(self, schedule: Schedule, stage: int, iteration: int, timeout_s: float | None = None) -> bool:
         """The state as it is after iteration - 1; False if no replica could give it before the
@@ -157,6 +162,7 @@ class StateFetcher:
         timeout_s = timeout_s or self.settings.iteration_timeout_s
         deadline = started + timeout_s
         got: dict[str, State] = {}
+        self._refused_since: dict[str, float] = {}
         while time.monotonic() < deadline:
             for donor in [d for d in donors if d not in got]:
                 try:
@@ -203,6 +209,11 @@ class StateFetcher:
         except (RemoteError, BadTensor, ValueError) as exc:
             if isinstance(exc, RemoteError) and exc.code in (ErrorCode.NOT_FOUND, ErrorCode.ITERATION_OVER):
                 raise NoLiveState(exc.reply.message) from None
+            if isinstance(exc, RemoteError) and exc.code == ErrorCode.NOT_MEMBER:
+                since = self._refused_since.setdefault(donor, time.monotonic())
+                if time.monotonic() - since > NOT_MEMBER_PATIENCE_S:
+                    raise NoLiveState(f"{exc.reply.message} for {NOT_MEMBER_PATIENCE_S:.0f}s: it runs another "
+                                      f"epoch at that iteration") from None
             if not (isinstance(exc, RemoteError) and exc.code == ErrorCode.OVERLOADED):
                 logger.warning("state transfer from %s failed: %s", donor[:12], exc)
         return None

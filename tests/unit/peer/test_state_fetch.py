@@ -173,3 +173,47 @@ def test_a_donor_copying_the_state_itself_says_so():
             asyncio.run(StateDonor(seat).reply(m.StateRequest("t", 1, 3, 0, 1024)))
     finally:
         seat.close()
+
+
+class NotMemberFor(Donors):
+    """Donors that say we are no replica of the stage at that iteration, `times` times each
+    (None: always): they have not read our epoch yet, or run another one there."""
+
+    def __init__(self, states, times):
+        super().__init__(states)
+        self.times, self.refused = times, {}
+
+    async def call(self, donor, req, timeout):
+        from protocol.errors import ErrorCode
+        from peer.transport.rpc import RemoteError
+        n = self.refused.get(donor, 0)
+        if self.times is None or n < self.times:
+            self.refused[donor] = n + 1
+            raise RemoteError(donor, m.ErrorReply(ErrorCode.NOT_MEMBER, "me is not a replica of stage 1 at iteration 3"))
+        return await super().call(donor, req, timeout)
+
+
+def test_donors_running_another_epoch_are_waited_for_briefly_then_given_up(monkeypatch):
+    """tests/swarm/test_netns.py (CI): the origins missed the epoch a rejoining peer took, so its
+    donors refused it (NOT_MEMBER) for the whole 120 s fetch; the catch-up that follows finds them
+    on the epoch after. A donor that refuses only until it reads our epoch is still waited for."""
+    import time
+    from peer.pipeline import state_sync
+    monkeypatch.setattr(state_sync, "NOT_MEMBER_PATIENCE_S", 1.0)
+    good = trained()
+    seat = StageSeat(lambda stage: StageRunner.from_spec(SPEC, stage))
+    schedule = Schedule("t", 1, "skippipe", 2, 0.0, tuple(StageAssignment(p, 1) for p in ["me", "a", "b"])
+                        + (StageAssignment("o", 0),), (), ())
+
+    async def go(d):
+        if seat.runner is None:
+            await seat.take(1)
+        return await StateFetcher("me", "t", d, WorkerSettings(iteration_timeout_s=30.0), seat).fetch(schedule, 1, 3)
+    try:
+        t0 = time.monotonic()
+        assert asyncio.run(go(NotMemberFor({"a": good, "b": good}, times=None))) is False
+        assert time.monotonic() - t0 < 5.0
+        assert asyncio.run(go(NotMemberFor({"a": good, "b": good}, times=1)))       # read our epoch by then
+        assert torch.equal(seat.runner.parameter_vector(), good[0][:seat.runner.num_parameters()])
+    finally:
+        seat.close()
