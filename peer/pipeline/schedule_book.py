@@ -46,11 +46,7 @@ class ScheduleBook:
                 return False
             if schedule.epoch < latest.epoch:
                 raise StaleSchedule(f"epoch {schedule.epoch} is older than our epoch {latest.epoch}")
-        self._classify(schedule)
-        self._schedules.append(schedule)
-        del self._schedules[:-KEEP_SCHEDULES]
-        self._changed.set()
-        self._changed = asyncio.Event()
+        self._keep(schedule)
         return True
 
     def add_skipped(self, schedule: Schedule) -> bool:
@@ -60,13 +56,18 @@ class ScheduleBook:
         if not self._schedules or schedule.epoch >= self.latest.epoch or schedule.epoch < self._schedules[0].epoch \
                 or any(s.epoch == schedule.epoch for s in self._schedules):
             return False
+        self._keep(schedule)
+        return True
+
+    def _keep(self, schedule: Schedule) -> None:
+        """Keep a newly read epoch (in epoch order, the newest KEEP_SCHEDULES) and wake waiters."""
         self._classify(schedule)
         self._schedules.append(schedule)
-        self._schedules.sort(key=lambda s: s.epoch)
+        if len(self._schedules) > 1 and schedule.epoch < self._schedules[-2].epoch:
+            self._schedules.sort(key=lambda s: s.epoch)   # a skipped one, read after a newer
         del self._schedules[:-KEEP_SCHEDULES]
         self._changed.set()
         self._changed = asyncio.Event()
-        return True
 
     def _classify(self, schedule: Schedule) -> None:
         """Set a newly read epoch aside as missed or late when we began its first iteration already."""

@@ -162,7 +162,7 @@ class StateFetcher:
         timeout_s = timeout_s or self.settings.iteration_timeout_s
         deadline = started + timeout_s
         got: dict[str, State] = {}
-        self._refused_since: dict[str, float] = {}
+        self._refused_since = {}
         while time.monotonic() < deadline:
             for donor in [d for d in donors if d not in got]:
                 try:

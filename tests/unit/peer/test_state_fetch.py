@@ -128,6 +128,23 @@ class JoiningToo(Donors):
         return await super().call(donor, req, timeout)
 
 
+def stage1_fetcher():
+    """A seat for stage 1 (replicas me, a, b) and a function that fetches its state for
+    iteration 3 from the given donors (30 s iteration timeout)."""
+    seat = StageSeat(lambda stage: StageRunner.from_spec(SPEC, stage))
+    schedule = Schedule("t", 1, "skippipe", 2, 0.0, tuple(StageAssignment(p, 1) for p in ["me", "a", "b"])
+                        + (StageAssignment("o", 0),), (), ())
+
+    def go(donors):
+        async def fetch():
+            if seat.runner is None:
+                await seat.take(1)
+            return await StateFetcher("me", "t", donors, WorkerSettings(iteration_timeout_s=30.0),
+                                      seat).fetch(schedule, 1, 3)
+        return fetch()
+    return seat, go
+
+
 def test_replicas_that_are_joining_too_are_not_waited_for():
     """Both replicas of a stage came back from checkpoints and asked each other for the live
     state: each waited for the other until the 120 s timeout (bench/faults.py, empty stage)."""
@@ -135,14 +152,7 @@ def test_replicas_that_are_joining_too_are_not_waited_for():
     good = trained()
     t0 = time.monotonic()
     donors = JoiningToo({"a": good, "b": good}, joining={"a", "b"})
-    seat = StageSeat(lambda stage: StageRunner.from_spec(SPEC, stage))
-    schedule = Schedule("t", 1, "skippipe", 2, 0.0, tuple(StageAssignment(p, 1) for p in ["me", "a", "b"])
-                        + (StageAssignment("o", 0),), (), ())
-
-    async def go(d):
-        if seat.runner is None:
-            await seat.take(1)
-        return await StateFetcher("me", "t", d, WorkerSettings(iteration_timeout_s=30.0), seat).fetch(schedule, 1, 3)
+    seat, go = stage1_fetcher()
     try:
         assert asyncio.run(go(donors)) is False and not seat.fetching_state
         assert time.monotonic() - t0 < 5.0 and sorted(donors.asked) == ["a", "b"]
@@ -201,14 +211,7 @@ def test_donors_running_another_epoch_are_waited_for_briefly_then_given_up(monke
     from peer.pipeline import state_sync
     monkeypatch.setattr(state_sync, "NOT_MEMBER_PATIENCE_S", 1.0)
     good = trained()
-    seat = StageSeat(lambda stage: StageRunner.from_spec(SPEC, stage))
-    schedule = Schedule("t", 1, "skippipe", 2, 0.0, tuple(StageAssignment(p, 1) for p in ["me", "a", "b"])
-                        + (StageAssignment("o", 0),), (), ())
-
-    async def go(d):
-        if seat.runner is None:
-            await seat.take(1)
-        return await StateFetcher("me", "t", d, WorkerSettings(iteration_timeout_s=30.0), seat).fetch(schedule, 1, 3)
+    seat, go = stage1_fetcher()
     try:
         t0 = time.monotonic()
         assert asyncio.run(go(NotMemberFor({"a": good, "b": good}, times=None))) is False
