@@ -35,7 +35,8 @@ from coordinator.published import PublishedSchedules
 from coordinator.iteration_summaries import IterationSummary, ProgressTracker
 from coordinator.run_files import (load_or_create_join_key, load_organiser, remove_stale_maddrs_file,
                                    write_maddrs_file)
-from coordinator.replanner import CollapseGuard, PresenceTracker, ReplanPolicy, pulled_in_start, switch_from_progress
+from coordinator.replanner import (CollapseGuard, PresenceTracker, ReplanPolicy, pulled_in_start, republish_start,
+                                   switch_from_progress)
 from coordinator.slow_peers import SlowPeers, late_reports
 from coordinator.witnessed_speed import WitnessedSpeed
 from coordinator.status_page import StatusView
@@ -343,8 +344,8 @@ class CoordinatorApp:
 
     async def _republish(self, why: str, start: int | None = None) -> None:
         """The current routes as a new epoch: only its data fields change. `start`: from there
-        (sooner than the current epoch's own start: _pull_in_far_start), else the next safe one."""
-        start = start if start is not None else max(self._next_start_iteration(), self.schedule.start_iteration + 1)
+        (sooner than the current epoch's own start: _pull_in_far_start), else replanner.republish_start."""
+        start = start if start is not None else republish_start(self._next_start_iteration(), self.schedule.start_iteration)
         if self.published.awaits_uptake(start):
             return   # its data fields go on from an epoch the origins may yet miss: next round
         self.resync = []

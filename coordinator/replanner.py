@@ -147,3 +147,14 @@ def pulled_in_start(planned_start: int, latest: int, fresh_start: int, published
     if published_s_ago < margin_s or planned_start <= latest + 2:
         return None
     return fresh_start if planned_start - fresh_start >= PULL_IN_MIN_GAIN else None
+
+
+def republish_start(next_start: int, newest_start: int) -> int:
+    """Where the current routes go out again as a new epoch (a missed or split epoch, or lost
+    samples to train again): the next safe start. When the newest epoch starts later than that
+    (a re-plan counted at a pace the swarm lost), it is superseded, as _pull_in_far_start does:
+    waiting for it to begin kept a split swarm (origins on two epochs, non-origins refusing one
+    of them) losing microbatches for 2.5 minutes (bench/faults.py, issue 25). Never at the
+    newest epoch's own start: two epochs from one iteration would leave its origins' uptake
+    unclear."""
+    return next_start if next_start < newest_start else max(next_start, newest_start + 1)

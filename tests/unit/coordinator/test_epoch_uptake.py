@@ -91,6 +91,43 @@ def test_no_epoch_is_published_on_top_of_one_whose_uptake_is_unknown():
     assert published.ran_under(21) is s1 and published.ran_under(22) is s1
 
 
+def test_a_split_epoch_is_published_again_at_once_superseding_a_re_plan_far_ahead():
+    """Seen in bench/faults.py: epoch 2 from 17 split (one origin kept epoch 1, non-origins took
+    2 and refused its work); a re-plan, epoch 3, was out from 31. The republish waited for
+    epoch 3's uptake, so the swarm lost microbatches until iteration 31 (2.5 minutes). It now
+    goes out from the next safe start and supersedes epoch 3, which never runs."""
+    from types import SimpleNamespace
+    from coordinator.published import PublishedSchedules
+    from coordinator.replanner import republish_start
+    ledger, published = DataLedger(SAMPLES), PublishedSchedules(lambda i: {})
+    s1 = schedule(2, start=0, **ledger.fields_for([], 0))
+    published.add(s1)
+    published.judge(0, {"o0": SimpleNamespace(epoch=1), "o1": SimpleNamespace(epoch=1)})
+    s2 = dataclasses.replace(s1, epoch=2, start_iteration=17, **published.data_fields(ledger, 17))
+    published.add(s2)
+    far = dataclasses.replace(s2, epoch=3, start_iteration=31, **published.data_fields(ledger, 31))
+    published.add(far)
+    assert published.judge(17, {"o0": SimpleNamespace(epoch=1), "o1": SimpleNamespace(epoch=2)})   # split
+    start = republish_start(19, far.start_iteration)
+    assert start == 19 and not published.awaits_uptake(start)
+    assert published.awaits_uptake(republish_start(33, far.start_iteration))  # past it: wait for its uptake
+    again = dataclasses.replace(far, epoch=4, start_iteration=start, **published.data_fields(ledger, start))
+    assert again.data_base == schedule_cursor(s2, SAMPLES).at(19)[0]   # goes on from the split epoch
+    books = {o: ScheduleBook() for o in ("o0", "o1", "p")}
+    for name, book in books.items():
+        book.add(s1)
+        train(book, range(0, 17), [])
+    books["o1"].add(s2)
+    for book in books.values():     # o0 read epoch 2 only after it began 17 (it keeps epoch 1)
+        train(book, [17], [])
+        book.add(s2)
+        book.add(far)
+        train(book, [18], [])
+        book.add(again)
+    assert all(book.for_iteration(i) is again for book in books.values() for i in (19, 31, 40))
+    assert republish_start(20, 20) == 21 and republish_start(25, 20) == 25
+
+
 def test_a_non_origin_keeps_the_origins_epoch_when_a_new_one_starts_in_its_past():
     """Seen in CI: with the DHT slow, epoch 3 was published from iteration 28 while the swarm was
     at 55; the origins kept epoch 2 (missed), the other stages took epoch 3 and refused their
