@@ -25,9 +25,10 @@ from peer.discovery.announcer import Announcer
 from peer.discovery.link_prober import measure_link
 from peer.discovery.rebootstrap import peer_ids_of, rebootstrap
 from peer.discovery.publisher import LatestPublisher
+from peer.discovery.schedule_watcher import ScheduleWatcher
 from peer.pipeline.checkpoint import CheckpointStore
 from peer.pipeline.handlers import WorkHandlers
-from peer.pipeline.schedule_book import ScheduleBook, StaleSchedule
+from peer.pipeline.schedule_book import ScheduleBook
 from peer.chaos import claimed_speed, corrupting, make_hook, parse_faults
 from peer.pipeline.rejoin import Isolation
 from peer.pipeline.seat import StageSeat
@@ -174,10 +175,11 @@ class PeerApp:
         self.announcer = Announcer(self.records, self.guard.sign_advert(runtime.advert(me, maddrs)),
                                    cfg.announce_period_s)
         self.book = ScheduleBook()
+        self.schedules = ScheduleWatcher(self.records, self.book, cfg.run, self.announcer, cfg.dht_poll_s)
         self.rpc = RpcClient(transport)
         self.worker = self._worker(me, spec, runtime, slowdown)
         server = self.guard.rpc_server(self.records, RpcServer)
-        WorkHandlers(self.worker, coalesced(self.refresh_schedule)).register(server)
+        WorkHandlers(self.worker, coalesced(self.schedules.refresh)).register(server)
         await transport.serve(server.handle)
         self.reachability = await self._unless_stopped(run_self_test(p2p, bool(cfg.announce_maddrs)))
         self.announcer.update(reachability=self.reachability.verdict)   # shown on the status page
@@ -219,7 +221,7 @@ class PeerApp:
         # slowdown: an emulated slower device, compute takes x slowdown
         seat = StageSeat(corrupting(runtime.make_runner, faults), checkpoints, slowdown)
         hooks = WorkerHooks(
-            batch=runtime.batch, on_iteration=self._on_iteration, refresh_schedule=self.refresh_schedule,
+            batch=runtime.batch, on_iteration=self._on_iteration, refresh_schedule=self.schedules.refresh,
             publish_spot_checks=lambda record: self.records.put_spot_checks(record, ttl_s=SPOT_CHECKS_TTL_S),
             read_progress=self.records.get_progress,
             fault=make_hook(faults, seat.set_slowdown) if faults else None,
@@ -236,7 +238,7 @@ class PeerApp:
         """The work loop to its end, then lingering, with the background loops beside it (a
         crash in one of those is logged, the others go on); a stop cancels it all."""
         for loop in (
-                self.announcer.run(), self._watch_schedule(), self._probe_links(), self._print_status(),
+                self.announcer.run(), self.schedules.run(), self._probe_links(), self._print_status(),
                 self._advertise_speed(), self._progress_heartbeat(),
                 IsolationMonitor(self.isolation, self.health, self.worker.ledger, self.book, self.records, self.rpc,
                                  self.announcer.advert.peer_id, self.config.announce_period_s,
@@ -286,46 +288,6 @@ class PeerApp:
     def _data_holders(self) -> list[str]:
         """Who may hold the run's dataset: the peers we joined through (the coordinator first)."""
         return peer_ids_of(self.config.initial_peers)
-
-    async def refresh_schedule(self) -> None:
-        try:
-            schedule = await self.records.get_schedule()
-        except Exception as exc:
-            logger.warning("reading the schedule failed: %s", exc)
-            return
-        if schedule is None or schedule.run != self.config.run:
-            return
-        known = self.book.latest.epoch if self.book.latest is not None else None
-        try:
-            if self.book.add(schedule):
-                logger.info("schedule epoch %d (from iteration %d, %s, %d routes)", schedule.epoch,
-                            schedule.start_iteration, schedule.strategy, len(schedule.routes))
-                stage = schedule.stage_of().get(self.announcer.advert.peer_id)
-                if stage is not None and stage != self.announcer.advert.stage:
-                    self.announcer.update(stage=stage)
-                if known is not None and schedule.epoch > known + 1:
-                    await self._read_skipped_epochs(known, schedule.epoch)
-        except StaleSchedule as exc:
-            logger.warning("ignoring schedule: %s", exc)
-
-    async def _read_skipped_epochs(self, known: int, newest: int) -> None:
-        """Epochs published while we could not read them (stopped, cut off): the origins may run
-        one of them now, and without it we refuse their work until the newest starts (bench/
-        faults.py: a peer paused through a pulled-in epoch cost the swarm 47 s)."""
-        try:
-            earlier = await self.records.get_earlier_schedules()
-        except Exception as exc:
-            logger.warning("reading the epochs we skipped failed: %s", exc)
-            return
-        for schedule in earlier:
-            if schedule.run == self.config.run and known < schedule.epoch < newest and self.book.add_skipped(schedule):
-                logger.info("schedule epoch %d (from iteration %d): one we skipped, read from the coordinator's "
-                            "earlier records", schedule.epoch, schedule.start_iteration)
-
-    async def _watch_schedule(self) -> None:
-        while True:
-            await self.refresh_schedule()
-            await asyncio.sleep(self.config.dht_poll_s)
 
     async def _rebootstrap(self, peers: list[str]) -> int:
         return await rebootstrap(self.dht, [*peers, *peer_ids_of(self.config.initial_peers)])

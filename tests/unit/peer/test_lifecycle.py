@@ -12,6 +12,7 @@ from protocol.adverts import PeerAdvert, PeerState
 from peer.app import PeerApp
 from peer.config import PeerConfig
 from peer.discovery.announcer import Announcer
+from peer.discovery.schedule_watcher import ScheduleWatcher
 from peer.pipeline.ledger import Ledger
 from peer.pipeline.schedule_book import ScheduleBook
 from peer.pipeline.wire import WireCompression
@@ -58,6 +59,7 @@ def app_with(work, guard_run=None, **config) -> PeerApp:
     app.records = FakeRecords()
     app.announcer = Announcer(app.records, PeerAdvert("me", PeerState.ONLINE, "cpu", 1, 0.01), 0.05)
     app.worker, app.book, app.rpc = FakeWorker(work), ScheduleBook(), None
+    app.schedules = ScheduleWatcher(app.records, app.book, app.config.run, app.announcer, app.config.dht_poll_s)
     app.guard = SimpleNamespace(run=guard_run or (lambda period_s: forever()))
     return app
 
@@ -120,10 +122,10 @@ async def test_a_peer_that_skipped_epochs_reads_them_from_the_coordinators_earli
         earlier_reads.append(1)
         return [s1, s3]
     app.records.get_schedule, app.records.get_earlier_schedules = get_schedule, get_earlier_schedules
-    await app.refresh_schedule()
+    await app.schedules.refresh()
     newest.append(s4)
-    await app.refresh_schedule()
+    await app.schedules.refresh()
     assert earlier_reads == [1] and [s.epoch for s in app.book._schedules] == [1, 3, 4]
     assert app.book.for_iteration(31) is s3
-    await app.refresh_schedule()                 # nothing new: no read
+    await app.schedules.refresh()                 # nothing new: no read
     assert earlier_reads == [1]
