@@ -12,10 +12,8 @@ from opsweb.dht_process import safe_for_large_calls
 from opsweb.lifecycle import Lifecycle
 
 from opsweb.server import StatusServer
-from opsweb.stopping import run_until_stopped, shutdown_dht
+from opsweb.stopping import shutdown_dht
 
-from protocol.errors import FieldError
-from protocol.membership import JoinKeyError
 from protocol.messages import RunSpec
 from protocol.schedule import Schedule
 from swarmcore.dht.validators import record_validators
@@ -29,7 +27,7 @@ from coordinator.data_resume import saved_cursor
 from coordinator.data_setup import RunData, resolve_run_data, servable_files
 from coordinator.dht_io import CoordinatorRecords
 from coordinator.members import admission_for
-from coordinator.organiser_key import OrganiserKeyError, run_address
+from coordinator.organiser_key import run_address
 from coordinator.planner import PlanConfig, PlanningError, plan
 from coordinator.published import PublishedSchedules
 from coordinator.iteration_summaries import IterationSummary, ProgressTracker
@@ -381,31 +379,3 @@ class CoordinatorApp:
         self.schedule, self._adopted_at = schedule, time.monotonic()
         self.published.add(schedule)
         self.ledger.carried_by(schedule)
-
-
-def run_coordinator(config: CoordinatorConfig, run_data: RunData | None = None) -> int:
-    async def main(stop: asyncio.Event) -> int:
-        return await CoordinatorApp(config, on_iteration=print_summary, run_data=run_data, stop=stop).run()
-    try:
-        spec_from_config(config, run_data)   # a bad setting is a one-line error before anything starts
-        return run_until_stopped(main, "the coordinator")
-    except (JoinKeyError, OrganiserKeyError) as exc:
-        logger.error("%s", exc)
-        return 1
-    except FieldError as exc:
-        flag = SPEC_FLAGS.get(exc.field)
-        logger.error("invalid run setting%s: %s", f" ({flag})" if flag else "", exc)
-        return 2
-
-
-# the run spec's fields that a coordinator flag sets, for error messages
-SPEC_FLAGS = {"learning_rate": "--lr", "warmup_steps": "--warmup", "max_steps": "--steps", "skip_ratio": "--skip",
-              "num_stages": "--stages", "microbatch_samples": "--microbatch-samples", "seq_len": "--seq-len",
-              "microbatches_per_origin": "--microbatches", "global_batch": "--global-batch", "run": "--run",
-              "gradient_exchange": "--gradient-exchange"}
-
-
-def print_summary(s: IterationSummary) -> None:
-    print(f"iteration {s.iteration}: loss {s.loss:.4f}, {s.tokens / max(s.duration_s, 1e-9):.0f} tokens/s, "
-          f"{s.duration_s:.2f}s, microbatches completed={s.completed} rerouted={s.rerouted} "
-          f"skipped_stage={s.skipped_stage} reissued={s.reissued} lost={s.lost}", flush=True)

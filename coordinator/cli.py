@@ -86,7 +86,7 @@ def run_command(args: argparse.Namespace) -> int:
         return failed
     setup_logging(args.log_level, args.log_format)
     print_path_length(args)
-    from coordinator.app import run_coordinator  # hivemind only once the flags are valid
+    from coordinator.run_process import run_coordinator  # hivemind only once the flags are valid
     hivemind_logs_as(args.log_format)
     return run_coordinator(config_from_args(args), run_data)
 

@@ -157,4 +157,4 @@ def republish_start(next_start: int, newest_start: int) -> int:
     of them) losing microbatches for 2.5 minutes (bench/faults.py, issue 25). Never at the
     newest epoch's own start: two epochs from one iteration would leave its origins' uptake
     unclear."""
-    return next_start if next_start < newest_start else max(next_start, newest_start + 1)
+    return next_start + 1 if next_start == newest_start else next_start
