@@ -16,7 +16,7 @@ from coordinator.planner.bound import lower_bound
 from coordinator.planner.steady import predict
 from coordinator.planner.presets import PRESETS, make_topology
 from coordinator.planner.rules import describe_path
-from swarmcore.cli.support import DEFAULT_SKIP, positive_int, skip_ratio
+from swarmcore.cli.support import DEFAULT_SKIP, non_negative_int, positive_int, skip_ratio
 from protocol.errors import FieldError, ProtocolError
 from protocol.quantised import WIRE_COMPRESSION
 from protocol.schedule import schedule_from_json, schedule_to_json
@@ -67,7 +67,8 @@ def _guarded(handler):
 
 def cmd_plan(args) -> int:
     topo = load_topology(args.topology)
-    planner = PlannerConfig(allow_swaps=not args.no_swaps, collision_avoidance=not args.no_collision_avoidance)
+    planner = PlannerConfig(allow_swaps=not args.no_swaps, collision_avoidance=not args.no_collision_avoidance,
+                            partitions=args.partitions)
     config = PlanConfig(args.strategy, args.skip, planner, args.run, args.epoch,
                         wire_compression=args.wire_compression)
     schedule = plan(topo, config, args.seed)
@@ -231,6 +232,9 @@ def register(subparsers) -> None:
     p.add_argument("--epoch", type=int, default=0, help="schedule epoch")
     p.add_argument("--no-swaps", action="store_true", help="forbid stage reordering (rule 4 off)")
     p.add_argument("--no-collision-avoidance", action="store_true", help="the paper's non-collision-aware ablation")
+    p.add_argument("--partitions", type=non_negative_int, default=0, metavar="N",
+                   help="candidate node-to-stage partitions to plan and simulate; fewer plan faster, with "
+                        "schedules that may be slower (default: 0 = auto, 48 up to 12 nodes, 576 / nodes beyond)")
     p.add_argument("--wire-compression", choices=WIRE_COMPRESSION, default="off",
                    help="links the schedule quantises (Schedule.wire; see `run --wire-compression`), priced "
                         "by the planner and `simulate` (default: off)")

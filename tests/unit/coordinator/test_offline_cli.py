@@ -10,6 +10,9 @@ from protocol.schedule import schedule_from_json
 from protocol.topology import load_topology
 
 
+QUICK = ["--partitions", "2"]   # these tests check the command, not the search (its own tests do)
+
+
 def run(argv):
     """The real `skippipe-coordinator` entry point; its exit code (argparse's too)."""
     try:
@@ -39,7 +42,7 @@ def test_topology_presets(tmp_path):
 def test_plan_simulate_round_trip_and_gantt(topo_file, tmp_path, capsys):
     out, svg, png = tmp_path / "s.json", tmp_path / "g.svg", tmp_path / "g.png"
     assert run(["plan", "--topology", str(topo_file), "--skip", "1/3", "--strategy", "skippipe",
-                "--seed", "2", "-o", str(out), "--run", "demo"]) == 0
+                "--seed", "2", "-o", str(out), "--run", "demo", *QUICK]) == 0
     s = schedule_from_json(out.read_text())
     assert s.run == "demo" and s.order is not None and s.predicted_iteration_s > 0
     assert re.search(r"steady period [\d.]+ s, lower bound [\d.]+ s, gap [\d.]+", capsys.readouterr().out)
@@ -59,7 +62,7 @@ def test_plan_simulate_round_trip_and_gantt(topo_file, tmp_path, capsys):
 def test_gantt_title_gives_stdouts_steady_state_time_and_has_a_legend(topo_file, tmp_path, capsys):
     import matplotlib
     out, svg = tmp_path / "s.json", tmp_path / "g.svg"
-    assert run(["plan", "--topology", str(topo_file), "-o", str(out)]) == 0
+    assert run(["plan", "--topology", str(topo_file), "-o", str(out), *QUICK]) == 0
     capsys.readouterr()
     with matplotlib.rc_context({"svg.fonttype": "none"}):   # text as <text>, to be read back
         assert run(["simulate", str(out), "--topology", str(topo_file), "--gantt", str(svg)]) == 0
@@ -71,7 +74,7 @@ def test_gantt_title_gives_stdouts_steady_state_time_and_has_a_legend(topo_file,
 
 def test_gantt_without_matplotlib_is_one_clear_line(topo_file, tmp_path, capsys, monkeypatch):
     out = tmp_path / "s.json"
-    assert run(["plan", "--topology", str(topo_file), "-o", str(out)]) == 0
+    assert run(["plan", "--topology", str(topo_file), "-o", str(out), *QUICK]) == 0
     capsys.readouterr()
     monkeypatch.setitem(sys.modules, "matplotlib", None)   # import matplotlib -> ImportError
     assert run(["simulate", str(out), "--topology", str(topo_file), "--gantt", str(tmp_path / "g.svg")]) == 2
@@ -86,7 +89,7 @@ def test_plan_prints_the_path_length_it_uses(tmp_path, capsys, skip, length):
     topo = tmp_path / "t.json"
     assert run(["topology", "--preset", "single", "--nodes", "6", "--stages", "6", "-o", str(topo)]) == 0
     out = tmp_path / "s.json"
-    assert run(["plan", "--topology", str(topo), "--skip", skip, "-o", str(out)]) == 0
+    assert run(["plan", "--topology", str(topo), "--skip", skip, "-o", str(out), *QUICK]) == 0
     assert f"each microbatch visits {length} of 6 stages (path length {length})" in capsys.readouterr().out
     assert {len(r.hops) for r in schedule_from_json(out.read_text()).routes} == {length}
     assert run(["simulate", str(out), "--topology", str(topo)]) == 0
@@ -96,8 +99,18 @@ def test_plan_prints_the_path_length_it_uses(tmp_path, capsys, skip, length):
 @pytest.mark.parametrize("strategy", ["full", "random-skip"])
 def test_baselines_via_cli(topo_file, tmp_path, strategy):
     out = tmp_path / "s.json"
-    assert run(["plan", "--topology", str(topo_file), "--strategy", strategy, "-o", str(out)]) == 0
+    assert run(["plan", "--topology", str(topo_file), "--strategy", strategy, "-o", str(out), *QUICK]) == 0
     assert schedule_from_json(out.read_text()).strategy == strategy
+
+
+def test_plan_searches_the_partitions_asked_for(topo_file, tmp_path, monkeypatch):
+    import coordinator.offline_cli as offline_cli
+    asked = []
+    real_plan = offline_cli.plan
+    monkeypatch.setattr(offline_cli, "plan", lambda topo, config, seed: asked.append(config) or real_plan(topo, config, seed))
+    assert run(["plan", "--topology", str(topo_file), "-o", str(tmp_path / "a.json"), "--partitions", "1"]) == 0
+    assert run(["plan", "--topology", str(topo_file), "-o", str(tmp_path / "b.json"), "--strategy", "random-skip"]) == 0
+    assert [c.planner.partitions for c in asked] == [1, 0]     # 0: the planner's own choice (auto)
 
 
 def test_errors_exit_2_with_one_line(topo_file, tmp_path, capsys):
@@ -107,6 +120,7 @@ def test_errors_exit_2_with_one_line(topo_file, tmp_path, capsys):
         ["plan", "--topology", str(bad), "-o", str(tmp_path / "x.json")],
         ["plan", "--topology", str(tmp_path / "missing.json")],
         ["plan", "--topology", str(topo_file), "--skip", "1.0"],
+        ["plan", "--topology", str(topo_file), "--partitions", "-1"],
         ["simulate", str(bad), "--topology", str(topo_file)],
     ]
     for argv in cases:
@@ -130,6 +144,6 @@ def test_errors_exit_2_with_one_line(topo_file, tmp_path, capsys):
 def test_module_main(topo_file, tmp_path):
     out = tmp_path / "s.json"
     r = subprocess.run([sys.executable, "-m", "coordinator.offline_cli", "plan", "--topology", str(topo_file),
-                        "-o", str(out)], capture_output=True, text=True)
+                        "-o", str(out), *QUICK], capture_output=True, text=True)
     assert r.returncode == 0 and out.exists()
     assert "predicted iteration" in r.stdout
