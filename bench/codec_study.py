@@ -1,5 +1,6 @@
-"""Offline study of wire codecs (issue 27): bench/convergence.py's training in one process, with
-fake quantisation where a microbatch crosses a hop, so a codec variant costs ~20 s, not a swarm.
+"""Offline study of wire codecs (issue 27) and of the delayed gradient exchange (issue 26):
+bench/convergence.py's training in one process, with fake quantisation where a microbatch crosses
+a hop, so a variant costs ~20-40 s, not a swarm.
 
 Same model (tiny, 5 stages), SkipPipe k = 1/3 routes from the planner, the same data per
 origin and iteration, the replicas' int8 gradient shares, AdamW with warm-up and per-stage
@@ -11,6 +12,9 @@ names what the forward activations and the backward gradients go through, and on
   int4_fwd            int4 on the activations only; int4_head: only the hop into the head;
   int4_body           every hop but that one; int4_fwd_sr: stochastic rounding forward too
   jitter              floats off by ~1e-5 (the chaos control, bench/support/wire_jitter.py)
+  delayed             floats; every stage steps with the previous iteration's averaged gradient
+                      (`--gradient-exchange delayed`); delayed_stage0: stage 0 only (the data
+                      nodes' exchange, the one on SkipPipe's critical path); delayed_rest: the others
 
 Also prints the relative squared error of int4 layouts on trained activations (--mse).
 
@@ -58,7 +62,11 @@ VARIANTS = {   # name: (forward, backward, which hops: f(hop index, hops))
     "int4_head": (codec("int4"), None, lambda j, n: j == n - 1),
     "int4_body": (codec("int4"), None, lambda j, n: j < n - 1),
     "int4_fwd_sr": (codec("int4", True), None, everywhere),
+    "delayed": (None, None, everywhere),
+    "delayed_stage0": (None, None, everywhere),
+    "delayed_rest": (None, None, everywhere),
 }
+DELAYED_STAGES = {"delayed": set(range(STAGES)), "delayed_stage0": {0}, "delayed_rest": set(range(1, STAGES))}
 
 
 class Hop(torch.autograd.Function):
@@ -102,8 +110,10 @@ def microbatch(stages, tokens, targets, route, variant, seen=None):
 def step(stages, opts, acc, cfg, it, samples):
     """Every replica's share through the int8 share codec, summed, normalised, clipped, AdamW."""
     for s, (module, opt) in enumerate(zip(stages, opts)):
-        total = sum(encode_share(v, "int8")[2] for (stage, _), v in acc.items() if stage == s)
-        offset = 0
+        shares = [encode_share(v, "int8")[2] for (stage, _), v in acc.items() if stage == s]
+        if not shares:         # a delayed stage's first iteration: no update in flight yet
+            continue
+        total, offset = sum(shares), 0
         for p in module.parameters():
             p.grad = total[offset:offset + p.numel()].view_as(p) / samples
             offset += p.numel()
@@ -125,6 +135,7 @@ def train(seed: int, variant: str, steps: int, seen=None) -> float:
     train_set, held = TextDataset(load_corpus()).split()
     shards = [train_set.shard(i, 2) for i in range(2)]
     routes = routes_of(seed)
+    delayed, in_flight = DELAYED_STAGES.get(variant, set()), {}
     for it in range(steps):
         acc = {}
         for shard, local, route, peers in routes:
@@ -137,7 +148,12 @@ def train(seed: int, variant: str, steps: int, seen=None) -> float:
                 acc[(s, peer)] = acc.get((s, peer), 0) + vec
                 for p in stages[s].parameters():
                     p.grad = None
-        step(stages, opts, acc, cfg, it, SAMPLES * len(routes))
+        now = {k: v for k, v in acc.items() if k[0] not in delayed}
+        now.update(in_flight)     # the delayed stages' shares of the iteration before
+        in_flight = {k: v for k, v in acc.items() if k[0] in delayed}
+        step(stages, opts, now, cfg, it, SAMPLES * len(routes))
+    if in_flight:           # as peers flush at the run's end: every update applied
+        step(stages, opts, in_flight, cfg, steps, SAMPLES * len(routes))
     held_out = list(held.eval_batches(samples=8, seq_len=SEQ, max_batches=16))
     with torch.no_grad():
         return math.log(perplexity([m.eval() for m in stages], tuple(range(STAGES)), held_out))

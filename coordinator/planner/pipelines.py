@@ -25,11 +25,12 @@ def pipeline_chains(stage_of: list[int], num_stages: int, round_trip, origins: l
     or a 2-D array)."""
     rt = np.asarray(round_trip, dtype=float)
     chains = [[o] for o in origins]
-    stage_arr = np.asarray(stage_of)
+    replicas: dict[int, list[int]] = {}
+    for node, st in enumerate(stage_of):
+        replicas.setdefault(st, []).append(node)
     for st in range(1, num_stages):
-        replicas = np.flatnonzero(stage_arr == st)
-        if len(replicas) and chains:
-            _extend(chains, rt, replicas.tolist(), math.ceil(len(chains) / len(replicas)))
+        if replicas.get(st) and chains:
+            _extend(chains, rt, replicas[st], math.ceil(len(chains) / len(replicas[st])))
     return chains
 
 
@@ -41,21 +42,29 @@ def _extend(chains: list[list[int]], rt: np.ndarray, nodes: list[int], cap: int)
     for i, chain in enumerate(chains):
         groups.setdefault(chain[-1], []).append(i)
     lasts = list(groups)
-    costs = rt[np.ix_(lasts, nodes)]                                     # [group, replica]
-    order = np.argsort(costs, axis=1, kind="stable")                      # ties: lower replica first
-    sorted_costs = np.take_along_axis(costs, order, axis=1).tolist()
-    order = order.tolist()
+    # [group, replica]; sorted in Python (stable: ties go to the lower replica), as these rows are
+    # a handful of values and numpy's per-call overhead was most of the partition search's time
+    rows = rt[np.asarray(lasts)[:, None], np.asarray(nodes)[None, :]].tolist()
+    order = [sorted(range(len(nodes)), key=row.__getitem__) for row in rows]
+    sorted_costs = [[row[j] for j in o] for row, o in zip(rows, order)]
     members = [groups[a] for a in lasts]
     served, pos, nxt = [0] * len(nodes), [0] * len(lasts), [0] * len(lasts)
     heap = [(row[0], members[g][0], g) for g, row in enumerate(sorted_costs)]
     heapq.heapify(heap)
     while heap:
-        _, i, g = heapq.heappop(heap)
+        cost, _, g = heapq.heappop(heap)
         j = order[g][pos[g]]
         if served[j] < cap:
-            chains[i].append(nodes[j])
-            served[j] += 1
-            nxt[g] += 1
+            # the group's next chains take j too while its entry would stay the heap's least
+            # (the same order as one pop per chain, without the pops)
+            while True:
+                chains[members[g][nxt[g]]].append(nodes[j])
+                served[j] += 1
+                nxt[g] += 1
+                if nxt[g] == len(members[g]) or served[j] == cap:
+                    break
+                if heap and heap[0] < (cost, members[g][nxt[g]], g):
+                    break
             if nxt[g] == len(members[g]):
                 continue
         else:                                   # full for good: the group's next replica

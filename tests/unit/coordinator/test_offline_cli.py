@@ -105,12 +105,16 @@ def test_baselines_via_cli(topo_file, tmp_path, strategy):
 
 def test_plan_searches_the_partitions_asked_for(topo_file, tmp_path, monkeypatch):
     import coordinator.offline_cli as offline_cli
+    from coordinator.planner import PlanningError
     asked = []
-    real_plan = offline_cli.plan
-    monkeypatch.setattr(offline_cli, "plan", lambda topo, config, seed: asked.append(config) or real_plan(topo, config, seed))
-    assert run(["plan", "--topology", str(topo_file), "-o", str(tmp_path / "a.json"), "--partitions", "1"]) == 0
-    assert run(["plan", "--topology", str(topo_file), "-o", str(tmp_path / "b.json"), "--strategy", "random-skip"]) == 0
-    assert [c.planner.partitions for c in asked] == [1, 0]     # 0: the planner's own choice (auto)
+
+    def record(topology, config, seed):     # what the command asks the planner for, not a plan
+        asked.append(config.planner.partitions)
+        raise PlanningError("recorded")
+    monkeypatch.setattr(offline_cli, "plan", record)
+    assert run(["plan", "--topology", str(topo_file), "--partitions", "5"]) == 2
+    assert run(["plan", "--topology", str(topo_file), "--strategy", "full"]) == 2
+    assert asked == [5, 0]          # 0: the planner's own choice (auto)
 
 
 def test_errors_exit_2_with_one_line(topo_file, tmp_path, capsys):
