@@ -8,8 +8,8 @@ torch.set_num_threads(1)
 
 # The swarm tests form two groups, each run one after another on one worker: these files (about
 # a third of the swarm tests' time, small swarms without timing asserts) on the second worker,
-# before its share of the unit tests; the rest on the first. One group kept the suite past its
-# 10 minutes on 2 cores (the swarm tests ~700 s serial against ~400 s of unit tests).
+# before its share of the unit tests; the rest on the first. With one group the swarm tests
+# (~700 s one after another) ran on long after the other worker had done the unit tests (~400 s).
 SECOND_SWARM_GROUP = frozenset({
     "test_clean_stop.py", "test_dht_security.py", "test_fuzz_rpc.py", "test_invitations.py",
     "test_join_key.py", "test_membership.py", "test_nat.py", "test_swarm_cli.py",
