@@ -14,7 +14,9 @@ names what the forward activations and the backward gradients go through, and on
   jitter              floats off by ~1e-5 (the chaos control, bench/support/wire_jitter.py)
   delayed             floats; every stage steps with the previous iteration's averaged gradient
                       (`--gradient-exchange delayed`); delayed_stage0: stage 0 only (the data
-                      nodes' exchange, the one on SkipPipe's critical path); delayed_rest: the others
+                      nodes' exchange, the one on SkipPipe's critical path); delayed_rest: the others;
+  delayed_extrap      delayed, stepping with the averages extrapolated one iteration on:
+                      g(i-1) + 2 (g(i-1) - g(i-2)), from averaged gradients only (replicas stay identical)
 
 Also prints the relative squared error of int4 layouts on trained activations (--mse).
 
@@ -65,8 +67,16 @@ VARIANTS = {   # name: (forward, backward, which hops: f(hop index, hops))
     "delayed": (None, None, everywhere),
     "delayed_stage0": (None, None, everywhere),
     "delayed_rest": (None, None, everywhere),
+    "delayed_extrap": (None, None, everywhere),
 }
-DELAYED_STAGES = {"delayed": set(range(STAGES)), "delayed_stage0": {0}, "delayed_rest": set(range(1, STAGES))}
+DELAYED_STAGES = {"delayed": set(range(STAGES)), "delayed_stage0": {0}, "delayed_rest": set(range(1, STAGES)),
+                  "delayed_extrap": set(range(STAGES))}
+EXTRAPOLATE = {"delayed_extrap": 2.0}
+
+
+def extrapolated(shares: dict, before: dict, alpha: float) -> dict:
+    """Each share moved alpha times its change since the iteration before (a share new then: as is)."""
+    return {k: v + alpha * (v - before[k]) if k in before else v for k, v in shares.items()}
 
 
 class Hop(torch.autograd.Function):
@@ -135,7 +145,8 @@ def train(seed: int, variant: str, steps: int, seen=None) -> float:
     train_set, held = TextDataset(load_corpus()).split()
     shards = [train_set.shard(i, 2) for i in range(2)]
     routes = routes_of(seed)
-    delayed, in_flight = DELAYED_STAGES.get(variant, set()), {}
+    delayed, in_flight, before = DELAYED_STAGES.get(variant, set()), {}, {}
+    alpha = EXTRAPOLATE.get(variant, 0.0)
     for it in range(steps):
         acc = {}
         for shard, local, route, peers in routes:
@@ -149,8 +160,9 @@ def train(seed: int, variant: str, steps: int, seen=None) -> float:
                 for p in stages[s].parameters():
                     p.grad = None
         now = {k: v for k, v in acc.items() if k[0] not in delayed}
-        now.update(in_flight)     # the delayed stages' shares of the iteration before
-        in_flight = {k: v for k, v in acc.items() if k[0] in delayed}
+        # the delayed stages' shares of the iteration before (extrapolated one on, if the variant says so)
+        now.update(extrapolated(in_flight, before, alpha) if alpha else in_flight)
+        before, in_flight = in_flight, {k: v for k, v in acc.items() if k[0] in delayed}
         step(stages, opts, now, cfg, it, SAMPLES * len(routes))
     if in_flight:           # as peers flush at the run's end: every update applied
         step(stages, opts, in_flight, cfg, steps, SAMPLES * len(routes))
