@@ -64,13 +64,11 @@ VARIANTS = {   # name: (forward, backward, which hops: f(hop index, hops))
     "int4_head": (codec("int4"), None, lambda j, n: j == n - 1),
     "int4_body": (codec("int4"), None, lambda j, n: j < n - 1),
     "int4_fwd_sr": (codec("int4", True), None, everywhere),
-    "delayed": (None, None, everywhere),
-    "delayed_stage0": (None, None, everywhere),
-    "delayed_rest": (None, None, everywhere),
-    "delayed_extrap": (None, None, everywhere),
 }
+# exchange variants (floats on the wire): the stages that step with the iteration before's average
 DELAYED_STAGES = {"delayed": set(range(STAGES)), "delayed_stage0": {0}, "delayed_rest": set(range(1, STAGES)),
                   "delayed_extrap": set(range(STAGES))}
+VARIANTS.update({name: VARIANTS["off"] for name in DELAYED_STAGES})
 EXTRAPOLATE = {"delayed_extrap": 2.0}
 
 

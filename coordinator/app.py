@@ -343,7 +343,8 @@ class CoordinatorApp:
     async def _republish(self, why: str, start: int | None = None) -> None:
         """The current routes as a new epoch: only its data fields change. `start`: from there
         (sooner than the current epoch's own start: _pull_in_far_start), else replanner.republish_start."""
-        start = start if start is not None else republish_start(self._next_start_iteration(), self.schedule.start_iteration)
+        if start is None:
+            start = republish_start(self._next_start_iteration(), self.schedule.start_iteration)
         if self.published.awaits_uptake(start):
             return   # its data fields go on from an epoch the origins may yet miss: next round
         self.resync = []
