@@ -1,9 +1,10 @@
 """Starting and stopping peer subprocesses on this machine (for skippipe-swarm and tests).
 
 Each peer runs in its own session (process group) and dies with its parent (PDEATHSIG), so
-a crash or kill of the launcher leaves no peer, DHT child or p2pd behind.
+a crash or kill of the launcher leaves no peer, DHT child or p2pd behind. Peers are forked from
+a fork server that imported torch and hivemind once (launcher/fork_server.py), or, with
+SKIPPIPE_PEER_START=exec, started as `python -m peer.cli`.
 """
-import ctypes
 import os
 import signal
 import subprocess
@@ -11,24 +12,27 @@ import sys
 import time
 from pathlib import Path
 
-PR_SET_PDEATHSIG = 1
+from launcher.fork_server import ForkedPeer, die_with_parent, ensure_server, forking_enabled, start_forked_peer
+
+PeerProcess = subprocess.Popen | ForkedPeer
 
 
-def _die_with_parent() -> None:
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except OSError:
-        pass  # not Linux: process groups still let us clean up
-
-
-def start_peer(args: list[str], log_path: Path, env: dict | None = None) -> subprocess.Popen:
+def start_peer(args: list[str], log_path: Path) -> PeerProcess:
+    """`skippipe-peer ARGS` with its output appended to `log_path`."""
+    if forking_enabled():
+        return start_forked_peer(args, log_path)
     log = open(log_path, "ab")
     try:
         return subprocess.Popen([sys.executable, "-m", "peer.cli", *args], stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent,
-                                env={**os.environ, **(env or {})})
+                                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent)
     finally:
         log.close()
+
+
+def prepare_peer_starts() -> None:
+    """Start what start_peer forks from, if it forks (blocking: call it in a thread early on)."""
+    if forking_enabled():
+        ensure_server()
 
 
 def benchmark_once(model: str, samples: int, seq_len: int, timeout_s: float = 300) -> str:
@@ -45,13 +49,13 @@ def benchmark_once(model: str, samples: int, seq_len: int, timeout_s: float = 30
     return out[-1] if out else f"the layer benchmark exited {done.returncode}"
 
 
-def terminate_processes(processes: list[subprocess.Popen]) -> None:
+def terminate_processes(processes: list[PeerProcess]) -> None:
     """SIGTERM each process group (what `docker stop` sends): each leaves the swarm in order."""
     for p in processes:
         _signal_group(p, signal.SIGTERM)
 
 
-def wait_or_kill(processes: list[subprocess.Popen], grace_s: float) -> None:
+def wait_or_kill(processes: list[PeerProcess], grace_s: float) -> None:
     """Wait up to `grace_s` for processes already told to stop (a second SIGTERM would make
     them stop at once, unclean), then SIGKILL what is left."""
     deadline = time.monotonic() + grace_s
@@ -68,7 +72,7 @@ def wait_or_kill(processes: list[subprocess.Popen], grace_s: float) -> None:
             pass
 
 
-def _signal_group(p: subprocess.Popen, sig: int) -> None:
+def _signal_group(p: PeerProcess, sig: int) -> None:
     try:
         os.killpg(p.pid, sig)
     except (ProcessLookupError, PermissionError):

@@ -15,7 +15,7 @@ from coordinator.run_args import hivemind_logs_as, run_config_fields
 from launcher.emulated_topology import assign_nodes, with_emulated_links
 from launcher.pauses import Pauser
 from launcher.peer_args import LOOPBACK, Emulation, peer_argv
-from launcher.processes import benchmark_once, start_peer, terminate_processes, wait_or_kill
+from launcher.processes import benchmark_once, prepare_peer_starts, start_peer, terminate_processes, wait_or_kill
 from launcher.summary import ProgressPrinter, ban_summary, data_summary, ran_schedule, summary_dict, write_plan_files
 
 PEER_STOP_GRACE_S = 3.5    # the peers were told at once; each has its own 4 s watchdog
@@ -81,10 +81,12 @@ async def supervise(args, app, logs: Path, emulation: Emulation | None, started:
                     peers: list, pauser: Pauser) -> bool:
     """Run the coordinator and the peers (started into `peers`) until the run ends, a peer fails
     to start or --timeout passes, then stop them all. False when the coordinator never came up."""
+    forks_ready = asyncio.create_task(asyncio.to_thread(prepare_peer_starts))   # while the coordinator starts
     coordinator = asyncio.create_task(app.run())
     try:
         if not await coordinator_ready(app, coordinator, timeout_s=COORDINATOR_UP_S):
             return False
+        await forks_ready
         print(f"coordinator up at {app.maddrs[0]}; starting {args.peers} peers (logs in {logs})", flush=True)
         if app.http is not None:
             print(f"status page: {app.http.url}", flush=True)

@@ -38,8 +38,18 @@ def _pids(pattern: str) -> set[int]:
     return {pid for pid in map(int, out.split()) if _ours(pid)}
 
 
+def _our_fork_server(pid: int) -> bool:
+    """This test process's fork server for peers (launcher/fork_server.py): it preloads peer.cli,
+    so pgrep finds it, but it lives as long as this process, as multiprocessing's does."""
+    try:
+        parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        return parent == os.getpid() and b"multiprocessing.forkserver" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
 def _processes() -> set[int]:
-    return _pids("p2pd") | _pids("peer.cli") | _pids("coordinator.cli")
+    return {pid for pid in _pids("p2pd") | _pids("peer.cli") | _pids("coordinator.cli") if not _our_fork_server(pid)}
 
 
 def _assert_none_left(before: set[int], groups: set[int] = frozenset(), timeout_s: float = 10.0) -> None:
