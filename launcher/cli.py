@@ -16,13 +16,16 @@ from swarmcore.cli.support import OneLineErrorParser, add_version_flag, fail_usa
 from coordinator.run_args import print_path_length, resolve_arch, resolve_data_or_exit
 
 from launcher.chaos_spec import ChaosSpecError, parse_chaos
+from launcher.fork_server import start_mode
 from launcher.swarm import run_swarm
 
 DESCRIPTION = """\
 Start a complete SkipPipe swarm on this machine: a coordinator and N volunteer peers as
 separate processes talking over real hivemind P2P on 127.0.0.1. It trains the chosen model
 on the embedded Shakespeare corpus, shows progress, prints a summary, and stops every
-process it started.
+process it started. The peers are forked from one process that imported torch and hivemind
+once, which starts them seconds sooner on a small machine; SKIPPIPE_LOCAL_PEERS=exec starts
+each as a fresh `python -m peer.cli` instead.
 """
 EPILOG = "example:\n  skippipe-swarm --peers 6 --stages 3 --steps 20 --skip 1/3 --model tiny\n"
 
@@ -89,6 +92,10 @@ def main(argv: list[str] | None = None) -> int:
         args.peers = nodes
     if not 0.0 <= args.spot_check_rate <= 1.0:
         return fail_usage("skippipe-swarm", f"--spot-check-rate must be between 0 and 1, got {args.spot_check_rate}")
+    try:
+        start_mode()
+    except ValueError as exc:
+        return fail_usage("skippipe-swarm", str(exc))
     args.run_data = resolve_data_or_exit("skippipe-swarm", args)
     failed = resolve_arch("skippipe-swarm", args, args.run_data.vocab_size)
     if failed is not None:

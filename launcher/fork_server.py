@@ -7,7 +7,7 @@ launcher forks them from multiprocessing's fork server, which imports the peer's
 `python -m peer.cli` would: its own session, death with its parent, stdout and stderr into
 its log, stdin from /dev/null.
 
-SKIPPIPE_PEER_START=exec starts every peer as a fresh interpreter instead (the way a user runs
+SKIPPIPE_LOCAL_PEERS=exec starts every peer as a fresh interpreter instead (the way a user runs
 `skippipe-peer`); so do platforms without a fork server.
 """
 import ctypes
@@ -23,9 +23,19 @@ PR_SET_PDEATHSIG = 1
 PRELOAD = ["launcher.fork_server_setup", "peer.cli", "peer.app", "torch._dynamo"]
 
 
+MODES = ("fork", "exec")
+
+
+def start_mode() -> str:
+    """SKIPPIPE_LOCAL_PEERS: fork (the default) or exec; ValueError on anything else."""
+    mode = os.environ.get("SKIPPIPE_LOCAL_PEERS", "fork").strip().lower() or "fork"
+    if mode not in MODES:
+        raise ValueError(f"SKIPPIPE_LOCAL_PEERS must be fork or exec, got {mode!r}")
+    return mode
+
+
 def forking_enabled() -> bool:
-    return (os.environ.get("SKIPPIPE_PEER_START", "fork") != "exec"
-            and "forkserver" in multiprocessing.get_all_start_methods())
+    return start_mode() == "fork" and "forkserver" in multiprocessing.get_all_start_methods()
 
 
 def _context():

@@ -3,7 +3,7 @@
 Each peer runs in its own session (process group) and dies with its parent (PDEATHSIG), so
 a crash or kill of the launcher leaves no peer, DHT child or p2pd behind. Peers are forked from
 a fork server that imported torch and hivemind once (launcher/fork_server.py), or, with
-SKIPPIPE_PEER_START=exec, started as `python -m peer.cli`.
+SKIPPIPE_LOCAL_PEERS=exec, started as `python -m peer.cli`.
 """
 import os
 import signal

@@ -1,6 +1,6 @@
 """Peers forked from the fork server (launcher/fork_server.py) behave as `python -m peer.cli`
 did: their own session, their output in their log, SIGTERM honoured (the server ignores it),
-exit codes as Popen gives them; SKIPPIPE_PEER_START=exec still starts a fresh interpreter."""
+exit codes as Popen gives them; SKIPPIPE_LOCAL_PEERS=exec still starts a fresh interpreter."""
 import os
 import signal
 import subprocess
@@ -34,7 +34,7 @@ def wait_for_text(path: Path, text: str, proc, timeout_s: float = 60) -> None:
 
 
 def test_a_forked_peer_runs_in_its_own_session_logs_and_stops_on_sigterm(tmp_path, monkeypatch):
-    monkeypatch.delenv("SKIPPIPE_PEER_START", raising=False)
+    monkeypatch.delenv("SKIPPIPE_LOCAL_PEERS", raising=False)
     dht = hivemind.DHT(start=True, host_maddrs=[LOOPBACK])
     log, peer = tmp_path / "peer.log", None
     try:
@@ -58,11 +58,11 @@ def test_a_forked_peer_runs_in_its_own_session_logs_and_stops_on_sigterm(tmp_pat
 
 
 def test_exit_codes_as_popen_gives_them_forked_or_exec(tmp_path, monkeypatch):
-    monkeypatch.delenv("SKIPPIPE_PEER_START", raising=False)
+    monkeypatch.delenv("SKIPPIPE_LOCAL_PEERS", raising=False)
     bad = start_peer(["--initial-peers", "/ip4/127.0.0.1/tcp/1", "--no-such-flag"], tmp_path / "bad.log")
     assert isinstance(bad, ForkedPeer) and bad.wait(timeout=30) == 2
     assert "unrecognized arguments: --no-such-flag" in (tmp_path / "bad.log").read_text()
-    monkeypatch.setenv("SKIPPIPE_PEER_START", "exec")
+    monkeypatch.setenv("SKIPPIPE_LOCAL_PEERS", "exec")
     fresh = start_peer(["--version"], tmp_path / "version.log")
     assert isinstance(fresh, subprocess.Popen) and fresh.wait(timeout=30) == 0
     assert "skippipe" in (tmp_path / "version.log").read_text().lower()
