@@ -84,7 +84,7 @@ class ForkedPeer:
 
 
 def start_forked_peer(args: list[str], log_path: Path) -> ForkedPeer:
-    process = _context().Process(target=_peer_main, args=(list(args), str(log_path)),
+    process = _context().Process(target=_peer_main, args=(list(args), str(log_path), dict(os.environ)),
                                  name="peer.cli", daemon=False)   # daemons may not start children (the DHT's)
     process.start()
     return ForkedPeer(process)
@@ -97,11 +97,16 @@ def die_with_parent() -> None:
         pass  # not Linux: process groups still let us clean up
 
 
-def _peer_main(args: list[str], log_path: str) -> None:
+def _peer_main(args: list[str], log_path: str, environ: dict[str, str]) -> None:
     # the server ignores SIGTERM (fork_server_setup); a peer, its DHT child and p2pd must not
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    server = os.getppid()
     os.setsid()
-    die_with_parent()           # the parent is the server, which ends with the launcher
+    os.environ.clear()              # the launcher's environment now, as Popen would pass it (not the
+    os.environ.update(environ)      # server's, which it had when it started); the cwd comes with the start
+    die_with_parent()               # the parent is the server, which ends with the launcher
+    if os.getppid() != server:      # it ended before that took effect
+        os._exit(1)
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     null = os.open(os.devnull, os.O_RDONLY)
     for target, source in ((0, null), (1, log), (2, log)):

@@ -10,7 +10,7 @@ from pathlib import Path
 import hivemind
 import pytest
 
-from launcher.fork_server import ForkedPeer
+from launcher.fork_server import ForkedPeer, ensure_server
 from bench.support.harness import stop_processes
 from launcher.processes import start_peer
 
@@ -59,7 +59,10 @@ def test_a_forked_peer_runs_in_its_own_session_logs_and_stops_on_sigterm(tmp_pat
 
 def test_exit_codes_as_popen_gives_them_forked_or_exec(tmp_path, monkeypatch):
     monkeypatch.delenv("SKIPPIPE_LOCAL_PEERS", raising=False)
-    bad = start_peer(["--initial-peers", "/ip4/127.0.0.1/tcp/1", "--no-such-flag"], tmp_path / "bad.log")
+    ensure_server()
+    # set after the server started: a forked peer gets the environment of its start, as with Popen
+    monkeypatch.setenv("SKIPPIPE_INITIAL_PEERS", "/ip4/127.0.0.1/tcp/1")
+    bad = start_peer(["--no-such-flag"], tmp_path / "bad.log")
     assert isinstance(bad, ForkedPeer) and bad.wait(timeout=30) == 2
     assert "unrecognized arguments: --no-such-flag" in (tmp_path / "bad.log").read_text()
     monkeypatch.setenv("SKIPPIPE_LOCAL_PEERS", "exec")
