@@ -8,7 +8,7 @@ launcher forks them from multiprocessing's fork server, which imports the peer's
 its log, stdin from /dev/null.
 
 SKIPPIPE_LOCAL_PEERS=exec starts every peer as a fresh interpreter instead (the way a user runs
-`skippipe-peer`); so do platforms without a fork server.
+`skippipe-peer`); so does every platform but Linux.
 """
 import ctypes
 import multiprocessing
@@ -35,7 +35,8 @@ def start_mode() -> str:
 
 
 def forking_enabled() -> bool:
-    return start_mode() == "fork" and "forkserver" in multiprocessing.get_all_start_methods()
+    # Linux only: macOS frameworks are not fork-safe once loaded, and Windows has no fork
+    return start_mode() == "fork" and sys.platform.startswith("linux")
 
 
 def _context():
