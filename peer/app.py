@@ -157,7 +157,8 @@ class PeerApp:
         spec = await self._unless_stopped(self._wait_for_spec())
         logger.info("joined run %r (model %s, %d stages, skip %.2f) as %s", spec.run, spec.model,
                     spec.num_stages, spec.skip_ratio, me)
-        from peer.runtime import RuntimeFactory  # torch and the model: after the DHT exists
+        from peer.runtime import RuntimeFactory, set_torch_threads  # torch and the model: after the DHT exists
+        set_torch_threads(cfg.torch_threads)
         slowdown = self.emulation.slowdown if self.emulation else 1.0
         runtime = await self._unless_stopped(asyncio.to_thread(RuntimeFactory, spec, cfg, slowdown))
         if cfg.stage <= 0:    # stage 0 or auto: the coordinator may make us an origin

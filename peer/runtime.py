@@ -22,9 +22,18 @@ logger = logging.getLogger("skippipe.peer")
 BYTES_PER_FLOAT = 4
 
 
+def set_torch_threads(threads: int) -> None:
+    """torch's intra-op threads, for the calling thread and every thread that first computes
+    after this. Call it on the event loop's thread: torch fixes a thread's count the first time
+    that thread computes, and a peer forked from the launcher's fork server inherits its main
+    thread's count from the server (the machine's cores), which with several peers on a few
+    cores cost a third of a local swarm's throughput in spinning threads."""
+    torch.set_num_threads(threads)
+
+
 class RuntimeFactory:
     def __init__(self, spec: RunSpec, config: PeerConfig, slowdown: float = 1.0):
-        torch.set_num_threads(config.torch_threads)
+        set_torch_threads(config.torch_threads)   # the compute thread's, when built off the loop
         self.spec, self.config = spec, config
         self.model = spec_config(spec)
         self.device = hardware.probe_device(config.device)
