@@ -1,9 +1,10 @@
 """Peers forked from a server that imported torch and hivemind once.
 
-A peer process spends ~2 of its ~2.5 CPU seconds of start-up importing torch, hivemind and
-their dependencies; a local swarm starts several at once on a machine with few cores. So the
-launcher forks them from multiprocessing's fork server, which imports the peer's modules once
-(its preload) and forks a ready interpreter per peer. Each forked peer then does what
+A peer started as `python -m peer.cli` spends ~2 CPU seconds importing torch, hivemind and their
+dependencies, and ~2.4 more importing torch._dynamo when it builds its optimiser (torch.optim
+imports it on first use); a local swarm starts several at once on a machine with few cores. So
+the launcher forks them from multiprocessing's fork server, which imports all that once (its
+preload) and forks a ready interpreter per peer. Each forked peer then does what
 `python -m peer.cli` would: its own session, death with its parent, stdout and stderr into
 its log, stdin from /dev/null.
 
@@ -21,8 +22,6 @@ from pathlib import Path
 PR_SET_PDEATHSIG = 1
 # In the server's command line too: `pgrep -f peer.cli` finds forked peers as it finds exec'd ones.
 PRELOAD = ["launcher.fork_server_setup", "peer.cli", "peer.app", "torch._dynamo"]
-
-
 MODES = ("fork", "exec")
 
 
@@ -46,7 +45,7 @@ def _context():
 
 
 def ensure_server() -> None:
-    """Start the fork server now (~2.5 CPU s of imports), e.g. in a thread while the coordinator
+    """Start the fork server now (~5 CPU s of imports), e.g. in a thread while the coordinator
     comes up, rather than inside the first start_forked_peer."""
     _context()
     from multiprocessing import forkserver
