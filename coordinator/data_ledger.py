@@ -48,8 +48,9 @@ class DataLedger:
         schedules `published` so far (oldest first). The cursor goes on from the one that covers
         `start_iteration`; one published to start later never takes effect, so the retries it
         carried move over (a re-plan can start before a republish that only carried retries).
-        So do those of `missed` epochs (coordinator/epoch_uptake.py), less the covering one's
-        own retries: the epoch the origins ran instead handed those out itself."""
+        So do those of `missed` epochs (coordinator/epoch_uptake.py), less the retries of every
+        epoch that took effect by `start_iteration`: the origins ran those epochs instead, and
+        they handed them out (a missed re-plan may have taken them over from one that then ran)."""
         covering = schedule_for_iteration(published, start_iteration)
         if covering is None:
             base, left = self.resumed or (0, ())
@@ -59,8 +60,10 @@ class DataLedger:
         after = covering.epoch if covering is not None else -1
         superseded = [p for s in published if s.epoch > after and s.start_iteration > start_iteration
                       for p in s.data_retry]
-        own = set(covering.data_retry) if covering is not None else set()
-        carried = [p for s in missed for p in s.data_retry if p not in own]
+        # a missed epoch's retries, less what an epoch that took effect by now handed out (the
+        # covering one, or one the missed epoch had taken them over from): only once
+        handed_out = {p for s in published if s.start_iteration <= start_iteration for p in s.data_retry}
+        carried = [p for s in missed for p in s.data_retry if p not in handed_out]
         retry = list(dict.fromkeys([*left, *superseded, *carried, *self.pending]))
         self.pending = []
         return {"data_base": base, "data_retry": tuple(retry)}

@@ -181,3 +181,43 @@ def test_a_skipped_epoch_whose_start_we_passed_as_an_origin_is_missed():
     s3 = schedule(2, start=30, epoch=3)
     assert book.add_skipped(s3) and book.missed(3)
     assert book.for_iteration(31).epoch == 1       # we began 30 and 31 under epoch 1: kept
+
+
+def test_retries_a_missed_re_plan_took_over_from_an_epoch_that_ran_are_not_carried_again():
+    """Seen in the dataset swarm test (CI, loaded box): epoch 2 republished to carry iteration 1's
+    lost samples from iteration 6; a re-plan (epoch 3) from iteration 4 took them over, and the
+    origins missed it, so epoch 2 ran and trained them at 6. The republish of epoch 3 left them
+    out (epoch 2, covering it, had them), but every later epoch carried them again from the
+    missed one: trained twice."""
+    ledger, uptake, book, trained = DataLedger(SAMPLES), EpochUptake(), ScheduleBook(), []
+    s1 = schedule(2, start=0, **ledger.fields_for([], 0))
+    book.add(s1)
+    train(book, range(0, 2), trained, lost={(1, 1)})
+    ledger.lost(s1, 1, [1])
+    published = [s1]
+    s2 = dataclasses.replace(s1, epoch=2, start_iteration=6, **ledger.fields_for(published, 6))
+    published.append(s2)
+    book.add(s2)
+    s3 = dataclasses.replace(s1, epoch=3, start_iteration=4, **ledger.fields_for(published, 4))
+    published.append(s3)
+    assert s2.data_retry == s3.data_retry == (6, 7)
+    train(book, range(2, 5), trained)       # began iteration 4 before it read epoch 3
+    book.add(s3)
+    assert book.missed(3)
+    assert train(book, range(5, 8), trained) is s2
+    assert uptake.judge(published, 4, {1}) and uptake.missed == {3}
+    assert uptake.judge(published, 6, {2}) == []
+    s4 = dataclasses.replace(s3, epoch=4, start_iteration=8,
+                             **ledger.fields_for(uptake.effective(published), 8, uptake.dropped(published)))
+    published.append(s4)
+    assert s4.data_retry == ()
+    book.add(s4)
+    train(book, range(8, 10), trained, lost={(9, 0)})
+    ledger.lost(s4, 9, [0])
+    s5 = dataclasses.replace(s4, epoch=5, start_iteration=10,
+                             **ledger.fields_for(uptake.effective(published), 10, uptake.dropped(published)))
+    published.append(s5)
+    book.add(s5)
+    train(book, range(10, 12), trained)
+    assert len(trained) == len(set(trained)), "a sample was trained twice"
+    assert sorted(trained) == list(range(len(trained))), "a sample was skipped"
