@@ -23,15 +23,21 @@ def train(book: ScheduleBook, iterations, trained: list, lost=()):
     return running
 
 
-def test_a_missed_epoch_is_republished_and_the_cursor_goes_on_from_the_epoch_that_ran():
+def lost_then_republished(trained_until: int, start: int):
+    """Epoch 1 trained iterations 0..trained_until-1 and lost microbatch 1 of iteration 1;
+    epoch 2 republishes it from `start` to carry the retries."""
     ledger, uptake, book, trained = DataLedger(SAMPLES), EpochUptake(), ScheduleBook(), []
     s1 = schedule(2, start=0, **ledger.fields_for([], 0))
     book.add(s1)
-    train(book, range(0, 3), trained, lost={(1, 1)})
+    train(book, range(0, trained_until), trained, lost={(1, 1)})
     ledger.lost(s1, 1, [1])
-    published = [s1]
-    s2 = dataclasses.replace(s1, epoch=2, start_iteration=3, **ledger.fields_for(published, 3))
-    published.append(s2)
+    s2 = dataclasses.replace(s1, epoch=2, start_iteration=start, **ledger.fields_for([s1], start))
+    return ledger, uptake, book, trained, [s1, s2]
+
+
+def test_a_missed_epoch_is_republished_and_the_cursor_goes_on_from_the_epoch_that_ran():
+    ledger, uptake, book, trained, published = lost_then_republished(trained_until=3, start=3)
+    s1, s2 = published
     assert s2.data_retry == (6, 7)
     train(book, [3], trained)               # the origin began iteration 3 before it read epoch 2
     book.add(s2)
@@ -189,14 +195,8 @@ def test_retries_a_missed_re_plan_took_over_from_an_epoch_that_ran_are_not_carri
     origins missed it, so epoch 2 ran and trained them at 6. The republish of epoch 3 left them
     out (epoch 2, covering it, had them), but every later epoch carried them again from the
     missed one: trained twice."""
-    ledger, uptake, book, trained = DataLedger(SAMPLES), EpochUptake(), ScheduleBook(), []
-    s1 = schedule(2, start=0, **ledger.fields_for([], 0))
-    book.add(s1)
-    train(book, range(0, 2), trained, lost={(1, 1)})
-    ledger.lost(s1, 1, [1])
-    published = [s1]
-    s2 = dataclasses.replace(s1, epoch=2, start_iteration=6, **ledger.fields_for(published, 6))
-    published.append(s2)
+    ledger, uptake, book, trained, published = lost_then_republished(trained_until=2, start=6)
+    s1, s2 = published
     book.add(s2)
     s3 = dataclasses.replace(s1, epoch=3, start_iteration=4, **ledger.fields_for(published, 4))
     published.append(s3)
