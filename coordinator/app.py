@@ -260,10 +260,21 @@ class CoordinatorApp:
         if self.presence.should_plan(now) or (self.slow_peers.pending() and self.presence.gap_passed(now)):
             await self._replan(snapshot)
             self.presence.planned_now(now)
+        await self._account_iterations(frozenset(snapshot.online), now)
+        if (self.resync or self.ledger.has_pending()) and self.schedule is not None and not self.finished:
+            await self._republish("; ".join(self.resync) or "lost samples to train again")
+        elif self.schedule is not None and not self.finished:
+            await self._pull_in_far_start()
+
+    async def _account_iterations(self, online: frozenset[str], now: float) -> None:
+        """Summarise the iterations every expected origin reported (or left without reporting)."""
         pending = {i: dict(r) for i, r in self.progress.reports.items()}  # complete() drops them
-        online = snapshot.online
         published = self.published
-        for summary in self.progress.complete(published.origins_for, lambda p: p not in online,
+        # an origin's microbatches are lost once it stays gone: one read that missed its advert
+        # (a store late under load, a lookup that came back short) is not a death
+        def gone(peer: str) -> bool:
+            return peer not in online and self.presence.absent_for(peer, now) >= self.config.lost_after_s
+        for summary in self.progress.complete(published.origins_for, gone,
                                               published.planned_microbatches, published.planned_ids,
                                               published.known_from()):
             self.summaries.append(summary)
@@ -281,10 +292,6 @@ class CoordinatorApp:
                     await result
             if self.spec.max_steps and summary.iteration + 1 >= self.spec.max_steps:
                 self.finished = True
-        if (self.resync or self.ledger.has_pending()) and self.schedule is not None and not self.finished:
-            await self._republish("; ".join(self.resync) or "lost samples to train again")
-        elif self.schedule is not None and not self.finished:
-            await self._pull_in_far_start()
 
     async def _unbanned(self, adverts: dict) -> dict:
         for reporter, record in (await self.records.get_spot_checks()).items():

@@ -29,6 +29,7 @@ class CoordinatorConfig:
     poll_interval_s: float = 1.0
     switch_margin_s: float = 4.0            # a new epoch starts this far (in iterations' time) after publication
     replan_hold_s: float = 1.0              # membership must be stable this long (hysteresis)
+    lost_after_s: float = 3.0               # an origin missing from the adverts this long lost its microbatches
     status_port: int | None = None          # HTTP status page + /metrics; None: off, 0: any free port
     status_host: str = "127.0.0.1"          # 0.0.0.0 to show the page to other machines
     maddrs_file: str = ""                   # write the multiaddrs peers join with here (scripts, compose)

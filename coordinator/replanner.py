@@ -48,6 +48,12 @@ class PresenceTracker:
         if members != self.members:
             self.members, self.changed_at = members, now
 
+    def absent_for(self, peer: str, now: float) -> float:
+        """How long `peer` has been missing from every read (0 while present; inf if never seen
+        or long forgotten)."""
+        present, since = self.seen.get(peer, (False, float("-inf")))
+        return 0.0 if present else now - since
+
     def should_plan(self, now: float) -> bool:
         self._refresh(now)
         if self.members == self.planned or not self.members:

@@ -207,3 +207,31 @@ def test_an_epoch_published_far_ahead_of_a_crawling_swarm_goes_out_again_from_ne
     assert superseded == [far]          # stored too: a peer stopped meanwhile knows only the far one
     asyncio.run(app._pull_in_far_start())
     assert len(stored) == 1                                  # near enough now: once
+
+
+def test_an_origin_missing_from_one_read_is_waited_for_and_one_that_stays_gone_lost_its_microbatches():
+    """CI once counted a healthy origin's microbatches lost because one read of the adverts missed
+    it (its store ran late under load); it reported the iteration a moment later."""
+    import asyncio
+    from bench.support.memory_swarm import make_schedule
+    from coordinator.app import CoordinatorApp
+    from coordinator.config import CoordinatorConfig
+    app = CoordinatorApp(CoordinatorConfig(run="t", num_stages=2, skip_ratio=0.0, microbatch_samples=2,
+                                           lost_after_s=3.0))
+    app._adopt(make_schedule("t", {"a": 0, "b": 0, "m": 1}, {0: ["a", "m"], 1: ["b", "m"]}, epoch=1))
+
+    def tick(online: set[str], now: float, reports: dict) -> list:
+        app.presence.observe(frozenset(online), now)
+        app.progress.add({p: ProgressRecord(p, tuple(rs)) for p, rs in reports.items()})
+        before = len(app.summaries)
+        asyncio.run(app._account_iterations(frozenset(online), now))
+        return app.summaries[before:]
+
+    assert tick({"a", "b", "m"}, 0.0, {"a": [report("a", 0)]}) == []          # b has not reported yet
+    assert tick({"a", "m"}, 1.0, {}) == []                                     # one read missed b
+    done = tick({"a", "b", "m"}, 2.0, {"b": [report("b", 0)]})
+    assert [(s.iteration, s.lost_microbatches) for s in done] == [(0, ())]
+    assert tick({"a", "m"}, 3.0, {"a": [report("a", 0), report("a", 1)]}) == []   # b gone since 3.0
+    assert tick({"a", "m"}, 5.9, {}) == []
+    done = tick({"a", "m"}, 6.0, {})
+    assert [(s.iteration, s.lost_microbatches) for s in done] == [(1, (1,))]
