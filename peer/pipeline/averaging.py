@@ -322,13 +322,19 @@ class GradientExchange:
         contributions = {**got, self.me: pending.mine}
         poisoned = await seat.compute(outliers, {p: (c.vector, c.samples) for p, c in contributions.items()},
                                       self.me)
-        if poisoned:
+        kept = {p: c for p, c in contributions.items() if p not in poisoned}
+        if poisoned and not kept:
+            logger.warning("iteration %d: the two replicas' gradient shares differ over %gx per sample and "
+                           "neither can tell which is wrong: both leave out both, this stage skips the step",
+                           i, OUTLIER_FACTOR)
+            kept = {self.me: Contribution(torch.zeros_like(pending.mine.vector), 0, 0.0)}
+        elif poisoned:
             logger.warning("iteration %d: left out the gradient share(s) of %s: per-sample norm over %gx the "
                            "replicas' typical one (a broken or poisoned replica)", i,
                            [p[:12] for p in sorted(poisoned)], OUTLIER_FACTOR)
-            self.left_out.update(poisoned)
+        self.left_out.update(poisoned)
         self._ban_repeated(schedule, i, contributions, poisoned)
-        result = combine({p: c for p, c in contributions.items() if p not in poisoned}, [self.me, *others])
+        result = combine(kept, [self.me, *others])
         # a replica still silent after we averaged without it is not waited for again
         self.unanswered = set(result.missing) - set(got)
         if result.missing:

@@ -6,11 +6,13 @@ Decided on the per-sample norm |sum of gradients| / samples, against a reference
 - with three or more replicas, the lower median of all shares' norms, ours included: every
   honest replica sees the same shares and so leaves out the same ones, and replicas stay
   identical (even when that leaves out our own);
-- with two, there is no majority: a replica keeps its own share and leaves out the other's
-  when that one is more than FACTOR times larger (one of the two is then wrong, and they part
-  ways either way; the spot checks and the ban sort out which).
-Smaller-than-typical shares are kept: their harm is bounded by their sample weight, which the
-handler already checks against the schedule.
+- with two, there is no majority and no telling which is wrong: when one is more than FACTOR
+  times the other (either way), both replicas leave out both shares, so that stage skips that
+  step alike on both and they stay identical (an honest loss spike costs one step; each replica
+  counts the other's share as left out, so a replica that keeps doing it is banned, LeftOutRule).
+  Keeping one's own share instead made two honest replicas part ways on one spike.
+With three or more, smaller-than-typical shares are kept: their harm is bounded by their sample
+weight, which the handler already checks against the schedule.
 
 FACTOR = 20: honest shares of 1 and 64 samples differ by up to sqrt(64) = 8x in this norm
 (pure gradient noise averages down like 1 / sqrt(samples)); a poisoned share is 100x and more.
@@ -37,10 +39,10 @@ def outliers(shares: dict[str, tuple[torch.Tensor, int]], me: str, factor: float
     bad = {p for p, x in norms.items() if not math.isfinite(x)}
     working = {p: x for p, x in norms.items() if p not in bad and shares[p][1] > 0}
     if len(norms) == 2:
-        own = working.get(me)
-        if own is None:                    # we trained nothing: nothing to judge the other by
-            return bad - {me}
-        return bad | {p for p, x in working.items() if p != me and x > factor * own}
+        if len(working) < 2:               # one trained nothing (or was bad): nothing to compare
+            return bad
+        low, high = sorted(working.values())
+        return set(working) if high > factor * low else bad
     if not working:
         return bad
     finite = sorted(working.values())

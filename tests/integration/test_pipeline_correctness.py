@@ -83,11 +83,15 @@ def test_replicas_average_to_identical_parameters(share_dtype):
         assert workers[a].seat.runner.stepped_with[1] == 8  # all 8 samples, summed over replicas
 
 
-def run_with_a_poisoning_replica(spec: m.RunSpec, timeout: float) -> dict:
-    """Three replicas of stage 1 (a1, b1, c1) behind one origin; c1 shares 1e3 x its gradient."""
+THREE_REPLICAS = ({"a0": 0, "a1": 1, "b1": 1, "c1": 1},
+                  {0: ["a0", "a1"], 1: ["a0", "b1"], 2: ["a0", "c1"], 3: ["a0", "a1"]})
+
+
+def run_with_a_poisoning_replica(spec: m.RunSpec, timeout: float, layout=THREE_REPLICAS) -> dict:
+    """Replicas of stage 1 behind one origin (a0): by default three (a1, b1, c1); c1 shares
+    1e3 x its gradient."""
     from bench.support.memory_swarm import build_memory_swarm
-    stage_of = {"a0": 0, "a1": 1, "b1": 1, "c1": 1}
-    paths = {0: ["a0", "a1"], 1: ["a0", "b1"], 2: ["a0", "c1"], 3: ["a0", "a1"]}
+    stage_of, paths = layout
     batch, _ = batches_for(spec)
 
     async def go():
@@ -113,6 +117,18 @@ def test_a_poisoned_gradient_share_is_left_out_and_the_honest_replicas_stay_iden
     assert torch.equal(a1.seat.runner.parameter_vector(), b1.seat.runner.parameter_vector())
     assert a1.seat.runner.stepped_with[1] == 6          # a1's 4 samples and b1's 2, not c1's 2
     assert torch.isfinite(a1.seat.runner.parameter_vector()).all()
+
+
+def test_two_replicas_far_apart_in_gradient_both_skip_the_step_and_stay_identical():
+    """With two replicas neither can tell whose share is wrong (an honest loss spike looks like a
+    poisoned share): both leave out both and skip the step. Each keeping its own share made them
+    part ways for good."""
+    layout = ({"a0": 0, "b1": 1, "c1": 1}, {0: ["a0", "b1"], 1: ["a0", "c1"]})
+    workers = run_with_a_poisoning_replica(m.RunSpec(**{**SPEC.__dict__, "num_stages": 2}), 60.0, layout)
+    b1, c1 = workers["b1"], workers["c1"]
+    assert b1.exchange.left_out == c1.exchange.left_out == {"b1", "c1"}
+    assert b1.seat.runner.stepped_with[1] == c1.seat.runner.stepped_with[1] == 0
+    assert torch.equal(b1.seat.runner.parameter_vector(), c1.seat.runner.parameter_vector())
 
 
 def test_a_stage_taken_mid_run_without_its_state_is_said_loudly_and_counted(caplog):

@@ -25,13 +25,18 @@ def test_non_finite_or_sampleless_shares_are_left_out():
     assert outliers(shares, "a") == {"c", "d"}
 
 
-def test_with_two_replicas_each_keeps_its_own_and_drops_a_far_larger_one():
+def test_two_replicas_that_disagree_far_both_leave_out_both_shares_alike():
+    """Either can be the wrong one: both skip the step, and the two stay identical."""
     honest, evil = share(1, 4, 0), (torch.full((1000,), 1e3), 4)
-    assert outliers({"a": honest, "evil": evil}, "a") == {"evil"}
+    assert outliers({"a": honest, "evil": evil}, "a") == outliers({"a": honest, "evil": evil}, "evil") \
+        == {"a", "evil"}
     assert outliers({"a": honest, "b": share(FACTOR / 2, 4, 1)}, "a") == set()
-    tiny = (honest[0] * 1e-6, 4)                       # a smaller share is kept: bounded by its weight
-    assert outliers({"a": honest, "b": tiny}, "a") == set()
-
+    spike = share(FACTOR * 2, 4, 1)                    # an honest loss spike on b
+    assert outliers({"a": honest, "b": spike}, "a") == outliers({"a": honest, "b": spike}, "b") == {"a", "b"}
+    tiny = (honest[0] * 1e-6, 4)                       # a far smaller one too: we cannot tell which is wrong
+    assert outliers({"a": honest, "b": tiny}, "a") == outliers({"a": honest, "b": tiny}, "b") == {"a", "b"}
+    bad = (torch.full((1000,), float("nan")), 4)       # a non-finite one is always the wrong one
+    assert outliers({"a": honest, "b": bad}, "a") == outliers({"a": honest, "b": bad}, "b") == {"b"}
 
 
 def test_a_replica_that_trained_nothing_judges_no_one_and_sets_no_reference():
