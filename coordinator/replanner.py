@@ -5,7 +5,9 @@ has been online for `hold_s`, and leaves it once it has been gone for `hold_s`. 
 flaps faster than that keeps its previous standing, and cannot delay the reaction to anyone
 else's arrival or death.
 - first plan: as soon as at least `min_peers` debounced members exist (later re-plans
-  go ahead with fewer: the swarm must route around its dead);
+  go ahead with fewer: the swarm must route around its dead); with min_peers > 1 (the
+  operator said how many to wait for: skippipe-swarm's --peers) once that many are online,
+  undebounced: a peer that flaps meanwhile costs a re-plan, as it would have after the hold;
 - re-plan: the debounced membership differs from the planned one and at least `min_gap_s`
   passed since the last plan (so even a slowly flapping peer costs at most one plan per gap).
 """
@@ -40,9 +42,13 @@ class PresenceTracker:
 
     def _refresh(self, now: float) -> None:
         hold = self.policy.hold_s
-        members = frozenset(p for p, (present, since) in self.seen.items()
-                            if (present and now - since >= hold)
-                            or (not present and now - since < hold and p in self.members))
+        online = frozenset(p for p, (present, _) in self.seen.items() if present)
+        if self.planned is None and self.policy.min_peers > 1 and len(online) >= self.policy.min_peers:
+            members = online   # every peer the first plan waits for is here: holding would only delay it
+        else:
+            members = frozenset(p for p, (present, since) in self.seen.items()
+                                if (present and now - since >= hold)
+                                or (not present and now - since < hold and p in self.members))
         for p in [p for p, (present, since) in self.seen.items() if not present and now - since > 10 * hold]:
             del self.seen[p]   # long gone: forget
         if members != self.members:

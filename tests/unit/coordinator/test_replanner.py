@@ -17,7 +17,7 @@ def test_first_plan_needs_min_peers():
 
 
 def test_first_plan_waits_for_each_peer_to_be_stable():
-    t = PresenceTracker(P)
+    t = PresenceTracker(ReplanPolicy(min_peers=1, hold_s=2.0, min_gap_s=5.0))   # no count to wait for
     t.observe(ABC, 10.0)
     assert not t.should_plan(10.0) and not t.should_plan(11.9)
     t.observe(ABCD, 11.0)                  # d's own hold starts; a, b, c keep theirs
@@ -25,6 +25,21 @@ def test_first_plan_waits_for_each_peer_to_be_stable():
     assert not t.should_plan(12.9) or t.members == ABC
     t.should_plan(13.0)
     assert t.members == ABCD               # d counts once it has been online for hold_s
+
+
+def test_with_min_peers_the_first_plan_goes_once_all_are_online():
+    t = PresenceTracker(P)
+    t.observe(frozenset("ab"), 0.0)
+    assert not t.should_plan(0.5)
+    t.observe(ABC, 50.0)                   # the third expected peer: no hold for the first plan
+    assert t.should_plan(50.0)
+    t.planned_now(50.0)
+    assert t.planned == ABC
+    for now in (50.5, 51.0, 52.0, 60.0):   # the hold passing later is no change, so no re-plan
+        t.observe(ABC, now)
+        assert not t.should_plan(now), now
+    t.observe(frozenset("ab"), 70.0)       # after the first plan, a death is debounced as before
+    assert not t.should_plan(71.0) and t.should_plan(72.0)
 
 
 def test_first_plan_is_not_held_back_by_min_gap():
