@@ -106,7 +106,8 @@ async def supervise(args, app, logs: Path, emulation: Emulation | None, started:
         app.stop.set()
         pauser.resume_all()             # a stopped peer cannot leave
         terminate_processes(peers)      # the peers and the coordinator leave side by side
-        await asyncio.gather(coordinator, return_exceptions=True)
+        # the warm-up is awaited even when the coordinator failed first: its error is not left unread
+        await asyncio.gather(coordinator, forks_ready, return_exceptions=True)
         await asyncio.to_thread(wait_or_kill, peers, PEER_STOP_GRACE_S if signalled else 10.0)
     return True
 
