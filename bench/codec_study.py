@@ -8,9 +8,12 @@ clipping; then the held-out loss with all stages in order. What differs from the
 float summation order (and that the first tensors to each peer are quantised too). Each variant
 names what the forward activations and the backward gradients go through, and on which hops:
 
-  int8, int4          absmax per 64 values, to nearest (forward) / stochastic (backward), as sent
-  int4_fwd            int4 on the activations only; int4_head: only the hop into the head;
-  int4_body           every hop but that one; int4_fwd_sr: stochastic rounding forward too
+  int8, int4          per 64 values, to nearest (forward) / stochastic (backward), as sent: int8
+                      absmax both ways, int4 min/max blocks forward and absmax back
+  int4_absmax         int4 with absmax blocks forward too (as peers sent it before protocol 1.11)
+  int4_fwd            int4 (min/max) on the activations only; int4_fwd_absmax: absmax;
+  int4_head, int4_body  absmax int4 activations on the hop into the head only / on every hop
+                      but that one; int4_fwd_sr: absmax with stochastic rounding forward too
   jitter              floats off by ~1e-5 (the chaos control, bench/support/wire_jitter.py)
   delayed             floats; every stage steps with the previous iteration's averaged gradient
                       (`--gradient-exchange delayed`); delayed_stage0: stage 0 only (the data
@@ -46,9 +49,9 @@ from peer.pipeline.share_codec import encode_share  # noqa: E402
 STAGES, SAMPLES, SEQ = 5, 8, 64
 
 
-def codec(name: str, stochastic: bool = False):
+def codec(name: str, stochastic: bool = False, offsets: bool = False):
     gen = torch.Generator().manual_seed(0) if stochastic else None
-    return lambda x: quantise(x, name, 64, gen)[2]
+    return lambda x: quantise(x, name, 64, gen, offsets)[2]
 
 
 def everywhere(j, n):
@@ -59,8 +62,10 @@ VARIANTS = {   # name: (forward, backward, which hops: f(hop index, hops))
     "off": (None, None, everywhere),
     "jitter": (jitter, jitter, everywhere),
     "int8": (codec("int8"), codec("int8", True), everywhere),
-    "int4": (codec("int4"), codec("int4", True), everywhere),
-    "int4_fwd": (codec("int4"), None, everywhere),
+    "int4": (codec("int4", offsets=True), codec("int4", True), everywhere),
+    "int4_absmax": (codec("int4"), codec("int4", True), everywhere),
+    "int4_fwd": (codec("int4", offsets=True), None, everywhere),
+    "int4_fwd_absmax": (codec("int4"), None, everywhere),
     "int4_head": (codec("int4"), None, lambda j, n: j == n - 1),
     "int4_body": (codec("int4"), None, lambda j, n: j < n - 1),
     "int4_fwd_sr": (codec("int4", True), None, everywhere),

@@ -7,7 +7,8 @@
 - transfer a -> b: latency + activation_bytes_per_sample * microbatch_samples / bandwidth
   (+ overheads.hop_s; the same bytes for the activation going forward and its gradient back).
   A quantised link (--wire-compression, protocol/quantised.py) carries bytes_per_element / 4 of
-  the float32 bytes and adds the time to quantise and decode them (QUANTISE_S_PER_BYTE,
+  the float32 bytes (for int4 the mean of the activation's min/max blocks and the gradient's
+  absmax ones, wire_bytes_per_element) and adds the time to quantise and decode them (QUANTISE_S_PER_BYTE,
   DEQUANTISE_S_PER_BYTE) to the transfer, off the link; `wire` picks the links (choose_codecs)
 - replica averaging of a stage: every replica sends its gradients (param_bytes of the stage:
   its layers, plus the embedding and head on stage 0)
@@ -79,6 +80,12 @@ AUTO_TRANSMISSION_OVER_COMPUTE = 1.0
 AUTO_CODEC = "int8"
 
 
+def wire_bytes_per_element(codec: str) -> float:
+    """Bytes per element of an activation and its gradient on average: int4 activations travel
+    in min/max blocks (an offset per block too; peer/pipeline/wire.py), gradients in absmax ones."""
+    return (bytes_per_element(codec, offsets=codec == "int4") + bytes_per_element(codec)) / 2
+
+
 def codec_seconds(float_bytes: float) -> float:
     """Quantising at the sender and decoding at the receiver, for `float_bytes` of float32."""
     return float_bytes * (QUANTISE_S_PER_BYTE + DEQUANTISE_S_PER_BYTE)
@@ -100,7 +107,7 @@ def choose_codecs(mode: str, float_bytes: float, bandwidth: np.ndarray, stage_fw
                 out[a][b] = mode
                 continue
             floats = float_bytes / float(bandwidth[a, b])
-            packed = floats * bytes_per_element(AUTO_CODEC) / 4 + codec_seconds(float_bytes)
+            packed = floats * wire_bytes_per_element(AUTO_CODEC) / 4 + codec_seconds(float_bytes)
             if floats > AUTO_TRANSMISSION_OVER_COMPUTE * min(stage_fwd[a], stage_fwd[b]) and packed < floats:
                 out[a][b] = AUTO_CODEC
     return out
@@ -140,7 +147,7 @@ class CostModel:
         self.hop = np.full((n, n), overheads.hop_s)      # fixed cost of a request to another node
         np.fill_diagonal(self.hop, 0.0)
         self.codec = self._codecs(topology, wire)        # [a][b]: "off" or the link's codec
-        ratio = np.array([[1.0 if c == "off" else bytes_per_element(c) / 4 for c in row] for row in self.codec])
+        ratio = np.array([[1.0 if c == "off" else wire_bytes_per_element(c) / 4 for c in row] for row in self.codec])
         self.wire_bytes = self.bytes * ratio             # what a -> b carries for one activation or gradient
         self.codec_s = np.where(ratio < 1.0, codec_seconds(self.bytes), 0.0)
         self.xfer = lat + self.wire_bytes / bw + self.hop + self.codec_s   # activation or gradient, a -> b

@@ -1,4 +1,6 @@
-"""Blockwise absmax quantisation of activations and gradients (the layout: protocol/quantised.py).
+"""Blockwise quantisation of activations and gradients (the layout: protocol/quantised.py):
+absmax (symmetric levels around zero), or with `offsets` min/max (unsigned levels from each
+block's minimum).
 
 `quantise` runs on the tensor's own device (a GPU sends a quarter or an eighth of the bytes over
 PCIe too) and returns the payload and what the receiver will decode from it, which error
@@ -16,64 +18,86 @@ import torch
 from peer.compute import tensor_codec
 from peer.compute.errors import BadTensor
 from protocol.errors import TensorError
-from protocol.quantised import DEFAULT_BLOCK, QMAX, Quantised, split
+from protocol.quantised import DEFAULT_BLOCK, LEVELS, QMAX, Quantised, split
 from protocol.tensors import TensorPayload
 
 
-def _blocks(flat: torch.Tensor, block: int) -> torch.Tensor:
+def _blocks(flat: torch.Tensor, block: int, repeat_last: bool = False) -> torch.Tensor:
+    """`flat` as rows of `block`, the last padded with zeros (or with its last value, which
+    leaves a min/max block's range as it is)."""
     pad = -flat.numel() % block
     if pad:
-        flat = torch.nn.functional.pad(flat, (0, pad))
+        flat = torch.nn.functional.pad(flat, (0, pad), value=float(flat[-1]) if repeat_last else 0.0)
     return flat.view(-1, block)
 
 
 def quantise(tensor: torch.Tensor, codec: str, block: int = DEFAULT_BLOCK,
-             generator: torch.Generator | None = None) -> tuple[Quantised, TensorPayload, torch.Tensor] | None:
+             generator: torch.Generator | None = None,
+             offsets: bool = False) -> tuple[Quantised, TensorPayload, torch.Tensor] | None:
     """(header, payload, the float32 tensor the receiver will decode) of a float tensor; None
     if it holds a NaN or Inf (it then travels as floats, and the receiver refuses it as before).
-    `generator` (on the tensor's device): stochastic rounding drawn from it; None: to nearest."""
-    header = Quantised(codec, block, tuple(int(d) for d in tensor.shape))
+    `generator` (on the tensor's device): stochastic rounding drawn from it; None: to nearest.
+    `offsets`: min/max blocks (only for a receiver that speaks protocol 1.11)."""
+    header = Quantised(codec, block, tuple(int(d) for d in tensor.shape), offsets)
     flat = tensor.detach().reshape(-1).to(torch.float32)
-    n, qmax = flat.numel(), QMAX[codec]
-    blocks = _blocks(flat, block)
-    scales = blocks.abs().amax(dim=1) / qmax
+    n = flat.numel()
+    blocks = _blocks(flat, block, repeat_last=offsets)
+    if offsets:
+        lows = blocks.amin(dim=1)
+        scales, low, top = (blocks.amax(dim=1) - lows) / LEVELS[codec], lows[:, None], LEVELS[codec]
+    else:
+        scales, low, top = blocks.abs().amax(dim=1) / QMAX[codec], None, QMAX[codec]
     if not bool(torch.isfinite(scales).all()):
         return None
     safe = torch.where(scales > 0, scales, torch.ones_like(scales))
-    scaled = blocks / safe[:, None]
+    scaled = (blocks if low is None else blocks - low) / safe[:, None]
     if generator is None:
         scaled = torch.round(scaled)
     else:
         noise = torch.rand(scaled.shape, generator=generator, device=scaled.device, dtype=scaled.dtype)
         scaled = torch.floor(scaled.add_(noise))
-    q = scaled.clamp_(-qmax, qmax).to(torch.int8)
-    restored = (q.to(torch.float32) * scales[:, None]).view(-1)[:n].view(tensor.shape)
-    values = q.view(-1)[:n]
-    if codec == "int4":
-        nibbles = (values + 8).to(torch.uint8)
-        if n % 2:
-            nibbles = torch.cat([nibbles, nibbles.new_full((1,), 8)])
-        values = nibbles[0::2] | (nibbles[1::2] << 4)
-    packed = torch.cat([scales.contiguous().view(torch.uint8), values.contiguous().view(torch.uint8)])
-    payload = tensor_codec.encode(packed)
-    return header, payload, restored
+    q = scaled.clamp_(0 if offsets else -top, top)
+    restored = q * scales[:, None] if low is None else q * scales[:, None] + low
+    restored = restored.view(-1)[:n].view(tensor.shape)
+    floats = [scales] if low is None else [scales, lows]
+    packed = torch.cat([f.contiguous().view(torch.uint8) for f in floats] + [_pack_levels(q, codec, n, offsets)])
+    return header, tensor_codec.encode(packed), restored
+
+
+def _pack_levels(q: torch.Tensor, codec: str, n: int, offsets: bool) -> torch.Tensor:
+    """Bytes of the integer levels `q` (float, already clamped): int8 as one (signed, or with
+    offsets unsigned) byte each; int4 two nibbles a byte, absmax levels stored + 8."""
+    values = q.reshape(-1)[:n]
+    if codec == "int8":
+        return values.to(torch.uint8 if offsets else torch.int8).contiguous().view(torch.uint8)
+    pad = 0 if offsets else 8
+    nibbles = (values + pad).to(torch.uint8)
+    if n % 2:
+        nibbles = torch.cat([nibbles, nibbles.new_full((1,), pad)])
+    return nibbles[0::2] | (nibbles[1::2] << 4)
 
 
 def dequantise(header: Quantised, payload: TensorPayload, what: str = "tensor") -> torch.Tensor:
     """The float32 tensor a quantised payload holds. Raises BadTensor (code BAD_TENSOR) when
     the payload does not match its header or a scale is negative, NaN or infinite."""
     try:
-        raw_scales, raw_values = split(header, payload)
+        raw_scales, raw_offsets, raw_values = split(header, payload)
     except TensorError as exc:
         raise BadTensor(what, str(exc)) from None
     n = header.numel
-    scales = torch.frombuffer(bytearray(raw_scales), dtype=torch.float32) if len(raw_scales) else \
-        torch.zeros(0, dtype=torch.float32)
+    scales, lows = _floats(raw_scales), _floats(raw_offsets)
     raw = torch.frombuffer(bytearray(raw_values), dtype=torch.uint8) if len(raw_values) else \
         torch.zeros(0, dtype=torch.uint8)
     if header.codec == "int8":
-        q = raw.view(torch.int8)
+        q = raw if header.offsets else raw.view(torch.int8)
     else:
-        q = torch.stack([raw & 0x0F, raw >> 4], dim=1).view(-1)[:n].to(torch.int8) - 8
+        q = torch.stack([raw & 0x0F, raw >> 4], dim=1).view(-1)[:n].to(torch.int8)
+        q = q if header.offsets else q - 8
     values = _blocks(q.to(torch.float32), header.block) * scales[:, None]
+    if header.offsets:
+        values += lows[:, None]
     return values.view(-1)[:n].view(header.shape)
+
+
+def _floats(raw: memoryview) -> torch.Tensor:
+    return torch.frombuffer(bytearray(raw), dtype=torch.float32) if len(raw) else torch.zeros(0, dtype=torch.float32)

@@ -30,6 +30,7 @@ class Half:
     suspect: str = ""             # references only: whom the reference checks
     stage: int = 0
     block: int = 0                # a quantised tensor's elements per scale
+    offsets: bool = False         # ... in min/max blocks (Quantised.offsets)
 
 
 class Pending:

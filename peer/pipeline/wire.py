@@ -8,6 +8,10 @@ quantised one when
 - the receiver reads quantised tensors: its replies told us it speaks protocol >= 1.6
   (RpcClient.versions). Until we have heard from a peer, and for a peer of an older version, the
   tensor travels as floats, as before: this is how an older peer gets uncompressed tensors.
+int4 activations going forward travel in min/max blocks (Quantised.offsets) to a receiver that
+reads them (protocol 1.11; absmax blocks to a 1.6-1.10 one): the held-out loss penalty of int4
+about halves (bench/codec_study.py, docs/results.md); int8's error is small either way, and
+gradients going back are centred on zero, where absmax loses little.
 Gradients going back are rounded stochastically (STOCHASTIC_GRADIENTS; quantise.py): each
 decodes to an unbiased estimate of the gradient, so the rounding errors of a stage's many
 microbatches average out in its parameter gradients instead of adding up as a bias (round to
@@ -35,7 +39,7 @@ from peer.compute import quantise as q
 from peer.compute import tensor_codec
 from peer.compute.errors import BadTensor
 from protocol import messages as m
-from protocol.quantised import CODECS, DEFAULT_BLOCK, WIRE_COMPRESSION, Quantised, speaks_quantised
+from protocol.quantised import CODECS, DEFAULT_BLOCK, WIRE_COMPRESSION, Quantised, speaks_offsets, speaks_quantised
 from protocol.schedule import Schedule
 from protocol.tensors import TensorPayload
 
@@ -87,7 +91,9 @@ class WireCompression:
         if residual is not None and residual.shape == tensor.shape and residual.device == tensor.device:
             tensor = tensor.to(torch.float32) + residual
         stochastic = self.stochastic_gradients and isinstance(request, m.BackwardRequest)
-        out = q.quantise(tensor, codec, self.block, self._generator(tensor.device) if stochastic else None)
+        offsets = (codec == "int4" and isinstance(request, m.ForwardRequest)
+                   and speaks_offsets(self.versions.get(receiver)))
+        out = q.quantise(tensor, codec, self.block, self._generator(tensor.device) if stochastic else None, offsets)
         if out is None:                      # NaN or Inf: floats, refused by the receiver as before
             self.sent["off"] += 1
             return request, None
@@ -133,6 +139,11 @@ def received(request) -> TensorPayload | Packed:
 def block_of(payload: TensorPayload | Packed) -> int:
     """Elements per scale of a received quantised tensor (0: floats)."""
     return payload.header.block if isinstance(payload, Packed) else 0
+
+
+def has_offsets(payload: TensorPayload | Packed) -> bool:
+    """Whether a received quantised tensor came in min/max blocks (Quantised.offsets)."""
+    return isinstance(payload, Packed) and payload.header.offsets
 
 
 def decode(payload: TensorPayload | Packed, shape: tuple[int, ...], what: str) -> torch.Tensor:

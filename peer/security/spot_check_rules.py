@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from protocol.quantised import QMAX
+from protocol.quantised import LEVELS, QMAX
 from protocol.spot_checks import SpotCheckReport
 
 DEFAULT_RTOL = 1e-3   # replicas hold averaged (equal up to fp32 summation order) parameters
@@ -40,14 +40,17 @@ class Comparison:
 
 
 def compare_outputs(suspect: torch.Tensor, reference: torch.Tensor, rtol: float = DEFAULT_RTOL,
-                    codec: str | None = None, block: int = 0, steps: float = 0.5) -> Comparison:
+                    codec: str | None = None, block: int = 0, steps: float = 0.5,
+                    offsets: bool = False) -> Comparison:
     """Relative L2 error of `suspect` against `reference` (the checker's recomputation).
 
     `codec` (int8/int4): `suspect` arrived quantised in blocks of `block` values, so each value
     may honestly sit up to half a quantisation step from the true output; only the part of the
     difference beyond that half step counts (an honest peer's excess is the float noise
     between replicas, as without compression). `steps`: 1.0 for tensors rounded
-    stochastically (backward gradients, peer/pipeline/wire.py), which may sit a whole step off."""
+    stochastically (backward gradients, peer/pipeline/wire.py), which may sit a whole step off.
+    `offsets`: min/max blocks, whose step is the block's range / LEVELS (far finer than absmax's
+    where a block's values share a sign: absmax's step there would hide that much more)."""
     if suspect.shape != reference.shape:
         return Comparison(False, math.inf)
     a, b = suspect.detach().double(), reference.detach().double()
@@ -55,21 +58,28 @@ def compare_outputs(suspect: torch.Tensor, reference: torch.Tensor, rtol: float 
         return Comparison(False, math.inf)
     diff = a - b
     if codec is not None and block > 0:
-        diff = _beyond_steps(diff.reshape(-1), a.reshape(-1), b.reshape(-1), QMAX[codec], block, steps)
+        diff = _beyond_steps(diff.reshape(-1), a.reshape(-1), b.reshape(-1), codec, block, steps, offsets)
     error = float(torch.linalg.vector_norm(diff) / max(float(torch.linalg.vector_norm(b)), 1e-12))
     return Comparison(error <= rtol, error)
 
 
-def _beyond_steps(diff: torch.Tensor, a: torch.Tensor, b: torch.Tensor, qmax: int, block: int,
-                  steps: float) -> torch.Tensor:
-    """|diff| less `steps` quantisation steps of its block (the larger of the two tensors' block
-    range / qmax), at least 0."""
+def _beyond_steps(diff: torch.Tensor, a: torch.Tensor, b: torch.Tensor, codec: str, block: int,
+                  steps: float, offsets: bool) -> torch.Tensor:
+    """|diff| less `steps` quantisation steps of its block (the larger of the two tensors'
+    block absmax / QMAX, or with offsets block max - min / LEVELS), at least 0."""
     pad = -diff.numel() % block
 
     def blocks(x):
         return torch.nn.functional.pad(x, (0, pad)).view(-1, block)
 
-    step = torch.maximum(blocks(a).abs().amax(dim=1), blocks(b).abs().amax(dim=1)) / qmax
+    def extent(x):
+        # min/max blocks: padding repeats the last value (as the sender pads), so it widens nothing
+        if not offsets:
+            return blocks(x).abs().amax(dim=1)
+        x = torch.nn.functional.pad(x, (0, pad), value=float(x[-1])) if pad else x
+        return x.view(-1, block).amax(dim=1) - x.view(-1, block).amin(dim=1)
+
+    step = torch.maximum(extent(a), extent(b)) / (LEVELS[codec] if offsets else QMAX[codec])
     excess = (blocks(diff).abs() - steps * step[:, None]).clamp_(min=0)
     return excess.reshape(-1)[:diff.numel()]
 

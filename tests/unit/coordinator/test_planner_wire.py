@@ -8,7 +8,7 @@ import pytest
 from coordinator.planner import PlanningError, plan
 from coordinator.planner.config import PlanConfig, PlannerConfig
 from coordinator.planner.costs import (LOCAL_SWARM_OVERHEADS, CostModel, choose_codecs, codec_seconds,
-                                       schedule_codecs)
+                                       schedule_codecs, wire_bytes_per_element)
 from coordinator.planner.presets import make_topology
 from coordinator.planner.simulate import simulate
 from coordinator.planner.steady import predict
@@ -35,8 +35,11 @@ def test_a_quantised_link_carries_fewer_bytes_and_pays_the_codec(codec):
     floats, packed = CostModel(topo), CostModel(topo, wire=codec)
     bw = 5 / 1024 * 2**30
     assert floats.transmission(0, 2) == pytest.approx(BYTES / bw)
-    assert packed.transmission(0, 2) == pytest.approx(BYTES * bytes_per_element(codec) / 4 / bw)
-    assert packed.transfer(0, 2) == pytest.approx(0.050 + BYTES * bytes_per_element(codec) / 4 / bw
+    per_element = wire_bytes_per_element(codec)     # int4: activations' min/max and gradients' absmax blocks
+    assert per_element == (bytes_per_element(codec) if codec == "int8"
+                           else (bytes_per_element(codec) + bytes_per_element(codec, offsets=True)) / 2)
+    assert packed.transmission(0, 2) == pytest.approx(BYTES * per_element / 4 / bw)
+    assert packed.transfer(0, 2) == pytest.approx(0.050 + BYTES * per_element / 4 / bw
                                                   + codec_seconds(BYTES))
     assert packed.transfer(0, 0) == 0.0 and packed.codec[1][1] == "off"
 

@@ -175,3 +175,15 @@ def test_a_stochastically_rounded_gradient_may_sit_a_whole_step_off_but_a_sign_f
     assert compare_outputs(rounded, ref, 1e-4, "int8", 64, steps=1.0).passed
     assert not compare_outputs(rounded, ref, 1e-4, "int8", 64).passed   # half a step does not cover it
     assert not compare_outputs(-rounded, ref, 1e-4, "int8", 64, steps=1.0).passed
+
+
+def test_min_max_int4_activations_pass_honestly_and_get_no_absmax_allowance_to_cheat_in():
+    """Activations whose blocks share a sign: min/max int4's step is ~16x finer than absmax's, so
+    an allowance of half an absmax step would hide a cheat of that size."""
+    from peer.compute.quantise import quantise
+    ref = torch.rand(4093) + 3.0                                # values in [3, 4]; an odd tail block
+    _, _, sent = quantise(ref, "int4", 64, offsets=True)
+    assert compare_outputs(sent, ref, 1e-4, "int4", 64, offsets=True).passed
+    cheat = sent + 0.1                                          # within half an absmax step (4 / 7 / 2)
+    assert compare_outputs(cheat, ref, 1e-4, "int4", 64).passed
+    assert not compare_outputs(cheat, ref, 1e-4, "int4", 64, offsets=True).passed

@@ -40,6 +40,43 @@ def test_round_trip_is_what_the_sender_predicts_and_within_half_a_step(codec_, b
         assert float(err[b:b + block].max()) <= float(step) / 2 * (1 + 1e-5) + 1e-12
 
 
+@FAST
+@given(st.sampled_from(["int8", "int4"]), st.sampled_from([8, 64, 96]),
+       st.lists(st.integers(0, 7), min_size=1, max_size=3), st.integers(0, 2**31), st.floats(-5, 5))
+def test_min_max_blocks_decode_as_predicted_within_half_a_step(codec_, block, shape, seed, shift):
+    from protocol.quantised import LEVELS
+    x = torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * 3 + shift
+    header, payload, restored = quantise(x, codec_, block, offsets=True)
+    out = dequantise(header, payload)
+    assert header.offsets and torch.equal(out, restored) and out.shape == x.shape
+    flat, err = x.reshape(-1), (out - x).abs().reshape(-1)
+    for b in range(0, flat.numel(), block):
+        part = flat[b:b + block]
+        step = (part.max() - part.min()) / LEVELS[codec_]
+        assert float(err[b:b + block].max()) <= float(step) / 2 * (1 + 1e-4) + 1e-5 * float(part.abs().max())
+
+
+def test_min_max_int4_errs_less_than_absmax_on_activations():
+    torch.manual_seed(0)
+    x = torch.randn(4, 64, 64) + torch.randn(4, 64, 1)      # per-token offsets, as a residual stream has
+    errors = [float((quantise(x, "int4", offsets=o)[2] - x).norm() / x.norm()) for o in (False, True)]
+    assert errors[1] < 0.8 * errors[0]
+
+
+def test_int4_activations_go_min_max_only_to_receivers_that_read_it():
+    x = torch.randn(2, 64)
+    fwd = m.ForwardRequest(HEADER, tensor_codec.encode(x))
+    back = m.BackwardRequest(HEADER, tensor_codec.encode(x))
+    w = wire.WireCompression("int4", {"new": (1, 11), "older": (1, 10)}, "a")
+    assert w.compress(fwd, x, SCHED, "new").quantised.offsets
+    assert not w.compress(fwd, x, SCHED, "older").quantised.offsets        # it would drop the field
+    assert not w.compress(back, x, SCHED, "new").quantised.offsets         # gradients: absmax, stochastic
+    assert not wire.WireCompression("int8", {"new": (1, 11)}, "a").compress(fwd, x, SCHED, "new").quantised.offsets
+    sent = codec.decode(codec.encode(w.compress(fwd, x, SCHED, "new")))
+    assert sent.quantised.offsets
+    assert torch.allclose(wire.decode(wire.received(sent), (2, 64), "t"), x, atol=0.5)
+
+
 def test_compression_ratio_and_error_on_activations():
     torch.manual_seed(0)
     x = torch.randn(4, 64, 256)

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from protocol.errors import FieldError, TensorError
-from protocol.quantised import Quantised, bytes_per_element, speaks_quantised, split
+from protocol.quantised import Quantised, bytes_per_element, speaks_offsets, speaks_quantised, split
 from protocol.tensors import TensorPayload
 from tests.unit.protocol.codec_support import FAST
 
@@ -40,10 +40,27 @@ def test_a_bad_scale_is_refused(bad):
         split(h, packed(h, [1.0, bad, 0.5]))
 
 
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_min_max_blocks_refuse_a_non_finite_offset_and_take_a_negative_one(bad):
+    h = Quantised("int4", 64, (2, 64), offsets=True)
+    assert h.packed_bytes == 4 * 4 + 64
+    scales, offsets, values = split(h, packed(h, [1.0, 0.5, -3.0, 2.0]))
+    assert (len(scales), len(offsets), len(values)) == (8, 8, 64)
+    with pytest.raises(TensorError, match="offset"):
+        split(h, packed(h, [1.0, 0.5, -3.0, bad]))
+    with pytest.raises(TensorError, match="offset"):   # +inf and -inf must not cancel out
+        split(h, packed(h, [1.0, 0.5, math.inf, -math.inf]))
+    with pytest.raises(TensorError, match="scale"):
+        split(h, packed(h, [-1.0, 0.5, 0.0, 0.0]))
+    with pytest.raises(TensorError):                    # without room for the offsets
+        split(h, packed(Quantised("int4", 64, (2, 64)), [1.0, 0.5]))
+
+
 @FAST
-@given(st.sampled_from(["int8", "int4"]), st.integers(8, 100), st.integers(0, 300), st.integers(-40, 40))
-def test_any_wrong_length_is_refused(codec_, block, n, delta):
-    h = Quantised(codec_, block, (n,))
+@given(st.sampled_from(["int8", "int4"]), st.integers(8, 100), st.integers(0, 300), st.integers(-40, 40),
+       st.booleans())
+def test_any_wrong_length_is_refused(codec_, block, n, delta, offsets):
+    h = Quantised(codec_, block, (n,), offsets)
     good = h.packed_bytes
     size = max(0, good + delta)
     payload = TensorPayload("uint8", (size,), bytes(size))
@@ -59,3 +76,5 @@ def test_any_wrong_length_is_refused(codec_, block, n, delta):
 def test_ratio_and_version_gate():
     assert bytes_per_element("int8") == 1.0625 and bytes_per_element("int4") == 0.5625
     assert not speaks_quantised(None) and not speaks_quantised((1, 5)) and speaks_quantised((1, 6))
+    assert bytes_per_element("int4", offsets=True) == 0.625
+    assert not speaks_offsets(None) and not speaks_offsets((1, 10)) and speaks_offsets((1, 11))
