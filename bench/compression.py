@@ -72,6 +72,7 @@ def parse_args() -> argparse.Namespace:
     if args.conv_codecs[0] != "off" or not set(args.conv_codecs) <= set(CODECS + (CONTROL,)):
         p.error(f"--conv-codecs: off first, then some of {CODECS[1:] + (CONTROL,)}")
     args.share_dtype = None   # the swarm's: the peers' default
+    args.gradient_exchange = None   # the launcher's (sync)
     return args
 
 

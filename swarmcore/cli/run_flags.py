@@ -18,10 +18,10 @@ from swarmcore.path_rules import STRATEGIES
 WIRE_COMPRESSION_HELP = (
     "activations and their gradients between hops: auto (the planner compresses, per link, where "
     "transmission outweighs compute), off (float, bit-for-bit as before protocol 1.6), int8 or int4 "
-    "(blockwise quantised, a float scale per 64 values: ~3.8x or ~7x fewer bytes) on every link; a "
-    "peer older than protocol 1.6 always gets floats. A peer with auto sends what the coordinator's "
-    "schedule says; the coordinator's default is off while compressed runs still lose more than 1%% "
-    "held-out loss (docs/results.md) (default: %(default)s)")
+    "(blockwise quantised, a float scale per 64 values, and an offset for int4 activations: ~3.8x or "
+    "~6.5x fewer bytes) on every link; a peer older than protocol 1.6 always gets floats. A peer with "
+    "auto sends what the coordinator's schedule says; the coordinator's default stays off until auto's "
+    "speed-up on slow links is established (docs/results.md) (default: %(default)s)")
 
 # chosen by measurement (docs/results.md: bench/convergence.py and bench/swarm_vs_full.py)
 DEFAULT_GRADIENT_EXCHANGE = "sync"
