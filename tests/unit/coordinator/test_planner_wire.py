@@ -46,13 +46,22 @@ def test_a_quantised_link_carries_fewer_bytes_and_pays_the_codec(codec):
 
 def test_auto_compresses_where_transmission_dominates_and_not_on_fast_links():
     c = CostModel(three_nodes(), wire="auto")
-    assert c.codec[0][2] == c.codec[2][1] == "int8"
+    assert c.codec[0][2] == c.codec[2][1] == "int4"     # even int8 would take 26x a stage's forward
     assert c.codec[0][1] == c.codec[1][0] == "off"
     assert CostModel(three_nodes(), wire="off").codec == [["off"] * 3] * 3
     with pytest.raises(ValueError):
         choose_codecs("int2", 1.0, c.bandwidth, c.fwd.mean(axis=1))
     with pytest.raises(PlanningError):
         PlanConfig(wire_compression="zip")
+
+
+def test_auto_goes_to_int4_only_where_int8_still_leaves_transmission_dominant():
+    from coordinator.planner.costs import _auto_codec
+    int8_s = wire_bytes_per_element("int8") / 4           # of a 1 s float transmission
+    assert _auto_codec(1.0, 0.01, dominant_s=2.0) == "off"
+    assert _auto_codec(1.0, 0.01, dominant_s=int8_s * 1.1) == "int8"
+    assert _auto_codec(1.0, 0.01, dominant_s=int8_s * 0.9) == "int4"
+    assert _auto_codec(1.0, 0.9, dominant_s=0.0) == "off"          # the codec's time outweighs the bytes saved
 
 
 def geo():
