@@ -39,6 +39,7 @@ DEFAULT_BLOCK = 64                               # elements per scale, as SHARE_
 MIN_BLOCK, MAX_BLOCK = 8, 4096
 QUANTISED_SINCE = (1, 6)                         # the first protocol version that reads these
 OFFSETS_SINCE = (1, 11)                          # ... and min/max blocks (Quantised.offsets)
+OFFSET_CODECS = ("int4",)                        # whose activations senders put in min/max blocks
 
 
 @dataclass(frozen=True)

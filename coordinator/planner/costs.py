@@ -29,7 +29,7 @@ from typing import Mapping
 
 import numpy as np
 
-from protocol.quantised import CODECS, WIRE_COMPRESSION, bytes_per_element
+from protocol.quantised import CODECS, OFFSET_CODECS, WIRE_COMPRESSION, bytes_per_element
 from protocol.schedule import LinkCodec, Schedule
 from protocol.topology import Topology
 
@@ -85,7 +85,7 @@ AUTO_CODECS = ("int8", "int4")       # each chosen over the one before where tra
 def wire_bytes_per_element(codec: str) -> float:
     """Bytes per element of an activation and its gradient on average: int4 activations travel
     in min/max blocks (an offset per block too; peer/pipeline/wire.py), gradients in absmax ones."""
-    return (bytes_per_element(codec, offsets=codec == "int4") + bytes_per_element(codec)) / 2
+    return (bytes_per_element(codec, offsets=codec in OFFSET_CODECS) + bytes_per_element(codec)) / 2
 
 
 def codec_seconds(float_bytes: float) -> float:

@@ -22,7 +22,7 @@ from protocol.quantised import DEFAULT_BLOCK, LEVELS, QMAX, Quantised, split
 from protocol.tensors import TensorPayload
 
 
-def _blocks(flat: torch.Tensor, block: int, repeat_last: bool = False) -> torch.Tensor:
+def blocks_of(flat: torch.Tensor, block: int, repeat_last: bool = False) -> torch.Tensor:
     """`flat` as rows of `block`, the last padded with zeros (or with its last value, which
     leaves a min/max block's range as it is)."""
     pad = -flat.numel() % block
@@ -41,25 +41,26 @@ def quantise(tensor: torch.Tensor, codec: str, block: int = DEFAULT_BLOCK,
     header = Quantised(codec, block, tuple(int(d) for d in tensor.shape), offsets)
     flat = tensor.detach().reshape(-1).to(torch.float32)
     n = flat.numel()
-    blocks = _blocks(flat, block, repeat_last=offsets)
-    if offsets:
+    blocks = blocks_of(flat, block, repeat_last=offsets)
+    if offsets:                              # levels 0..LEVELS up from each block's minimum
         lows = blocks.amin(dim=1)
-        scales, low, top = (blocks.amax(dim=1) - lows) / LEVELS[codec], lows[:, None], LEVELS[codec]
-    else:
-        scales, low, top = blocks.abs().amax(dim=1) / QMAX[codec], None, QMAX[codec]
+        scales, bottom, top = (blocks.amax(dim=1) - lows) / LEVELS[codec], 0, LEVELS[codec]
+    else:                                    # levels -QMAX..QMAX around zero
+        lows = None
+        scales, bottom, top = blocks.abs().amax(dim=1) / QMAX[codec], -QMAX[codec], QMAX[codec]
     if not bool(torch.isfinite(scales).all()):
         return None
     safe = torch.where(scales > 0, scales, torch.ones_like(scales))
-    scaled = (blocks if low is None else blocks - low) / safe[:, None]
+    scaled = (blocks if lows is None else blocks - lows[:, None]) / safe[:, None]
     if generator is None:
         scaled = torch.round(scaled)
     else:
         noise = torch.rand(scaled.shape, generator=generator, device=scaled.device, dtype=scaled.dtype)
         scaled = torch.floor(scaled.add_(noise))
-    q = scaled.clamp_(0 if offsets else -top, top)
-    restored = q * scales[:, None] if low is None else q * scales[:, None] + low
+    q = scaled.clamp_(bottom, top)
+    restored = q * scales[:, None] if lows is None else q * scales[:, None] + lows[:, None]
     restored = restored.view(-1)[:n].view(tensor.shape)
-    floats = [scales] if low is None else [scales, lows]
+    floats = [scales] if lows is None else [scales, lows]
     packed = torch.cat([f.contiguous().view(torch.uint8) for f in floats] + [_pack_levels(q, codec, n, offsets)])
     return header, tensor_codec.encode(packed), restored
 
@@ -93,7 +94,7 @@ def dequantise(header: Quantised, payload: TensorPayload, what: str = "tensor") 
     else:
         q = torch.stack([raw & 0x0F, raw >> 4], dim=1).view(-1)[:n].to(torch.int8)
         q = q if header.offsets else q - 8
-    values = _blocks(q.to(torch.float32), header.block) * scales[:, None]
+    values = blocks_of(q.to(torch.float32), header.block) * scales[:, None]
     if header.offsets:
         values += lows[:, None]
     return values.view(-1)[:n].view(header.shape)

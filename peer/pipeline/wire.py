@@ -39,7 +39,8 @@ from peer.compute import quantise as q
 from peer.compute import tensor_codec
 from peer.compute.errors import BadTensor
 from protocol import messages as m
-from protocol.quantised import CODECS, DEFAULT_BLOCK, WIRE_COMPRESSION, Quantised, speaks_offsets, speaks_quantised
+from protocol.quantised import (CODECS, DEFAULT_BLOCK, OFFSET_CODECS, WIRE_COMPRESSION, Quantised, speaks_offsets,
+                                speaks_quantised)
 from protocol.schedule import Schedule
 from protocol.tensors import TensorPayload
 
@@ -91,7 +92,7 @@ class WireCompression:
         if residual is not None and residual.shape == tensor.shape and residual.device == tensor.device:
             tensor = tensor.to(torch.float32) + residual
         stochastic = self.stochastic_gradients and isinstance(request, m.BackwardRequest)
-        offsets = (codec == "int4" and isinstance(request, m.ForwardRequest)
+        offsets = (codec in OFFSET_CODECS and isinstance(request, m.ForwardRequest)
                    and speaks_offsets(self.versions.get(receiver)))
         out = q.quantise(tensor, codec, self.block, self._generator(tensor.device) if stochastic else None, offsets)
         if out is None:                      # NaN or Inf: floats, refused by the receiver as before

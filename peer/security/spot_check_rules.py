@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from peer.compute.quantise import blocks_of
 from protocol.quantised import LEVELS, QMAX
 from protocol.spot_checks import SpotCheckReport
 
@@ -67,20 +68,15 @@ def _beyond_steps(diff: torch.Tensor, a: torch.Tensor, b: torch.Tensor, codec: s
                   steps: float, offsets: bool) -> torch.Tensor:
     """|diff| less `steps` quantisation steps of its block (the larger of the two tensors'
     block absmax / QMAX, or with offsets block max - min / LEVELS), at least 0."""
-    pad = -diff.numel() % block
-
-    def blocks(x):
-        return torch.nn.functional.pad(x, (0, pad)).view(-1, block)
-
     def extent(x):
-        # min/max blocks: padding repeats the last value (as the sender pads), so it widens nothing
+        # min/max blocks padded as the sender pads them (repeating the last value): no wider
         if not offsets:
-            return blocks(x).abs().amax(dim=1)
-        x = torch.nn.functional.pad(x, (0, pad), value=float(x[-1])) if pad else x
-        return x.view(-1, block).amax(dim=1) - x.view(-1, block).amin(dim=1)
+            return blocks_of(x, block).abs().amax(dim=1)
+        rows = blocks_of(x, block, repeat_last=True)
+        return rows.amax(dim=1) - rows.amin(dim=1)
 
     step = torch.maximum(extent(a), extent(b)) / (LEVELS[codec] if offsets else QMAX[codec])
-    excess = (blocks(diff).abs() - steps * step[:, None]).clamp_(min=0)
+    excess = (blocks_of(diff, block).abs() - steps * step[:, None]).clamp_(min=0)
     return excess.reshape(-1)[:diff.numel()]
 
 
