@@ -84,6 +84,7 @@ class CoordinatorApp:
         self.presence = PresenceTracker(ReplanPolicy(min_peers=max(1, config.min_peers),
                                                          hold_s=config.replan_hold_s))
         self.finished = False
+        self.ended = asyncio.Event()        # set with `finished`: the peers may go while run() closes the DHT
         self._adopted_at = 0.0           # monotonic time self.schedule was adopted
         self.replans: list[dict] = []       # every published epoch: when, why, from which iteration
         self.bans = BanList(routes=self.published.route_of, replicas=self.published.replicas_of)   # failed spot/share checks
@@ -292,6 +293,7 @@ class CoordinatorApp:
                     await result
             if self.spec.max_steps and summary.iteration + 1 >= self.spec.max_steps:
                 self.finished = True
+                self.ended.set()
 
     async def _unbanned(self, adverts: dict) -> dict:
         for reporter, record in (await self.records.get_spot_checks()).items():

@@ -77,6 +77,21 @@ async def prepare_emulation(args, app, logs: Path) -> Emulation | None:
     return Emulation(nodes, map_path)
 
 
+async def run_ended(app, coordinator: asyncio.Task, timeout_s: float) -> None:
+    """Until the run's last iteration is summarised or the coordinator ends (stopped, failed):
+    the peers are then told to leave while the coordinator still closes its DHT (~1.5 s), not
+    after. TimeoutError when neither happens within `timeout_s`."""
+    ended = asyncio.create_task(app.ended.wait())
+    try:
+        await asyncio.wait({ended, coordinator}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        ended.cancel()
+    if coordinator.done():
+        coordinator.result()           # its failure is the run's
+    elif not app.ended.is_set():
+        raise TimeoutError
+
+
 async def supervise(args, app, logs: Path, emulation: Emulation | None, started: float,
                     peers: list, pauser: Pauser) -> bool:
     """Run the coordinator and the peers (started into `peers`) until the run ends, a peer fails
@@ -97,7 +112,7 @@ async def supervise(args, app, logs: Path, emulation: Emulation | None, started:
         if failure:
             print(f"skippipe-swarm: error: {failure}", file=sys.stderr)
         else:
-            await asyncio.wait_for(asyncio.shield(coordinator), timeout=max(0.0, started + args.timeout - time.monotonic()))
+            await run_ended(app, coordinator, timeout_s=max(0.0, started + args.timeout - time.monotonic()))
     except TimeoutError:
         print(f"skippipe-swarm: error: the run did not finish within {args.timeout:.0f}s; peer logs are in {logs}",
               file=sys.stderr)
