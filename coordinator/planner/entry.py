@@ -131,8 +131,8 @@ def plan(topology: Topology, config: PlanConfig | None = None, rng_or_seed=0) ->
     count = cfg.partitions or auto_partitions(len(topology.nodes))
     iters = cfg.partition_iters or auto_partition_iters(len(topology.nodes), count)
     skippipe = config.strategy == "skippipe"
-    parts = _distinct([partition(cost, length if skippipe else w.num_stages, d, iters, rng,
-                                 pipelines=config.strategy == "full") for _ in range(count)])
+    parts = [partition(cost, length if skippipe else w.num_stages, d, iters, rng, pipelines=config.strategy == "full")
+             for _ in range(count)]
     if not skippipe:
         return min((_baseline(topology, config, cost, so, length, rng, seed) for so in parts),
                    key=lambda sc: sc.predicted_iteration_s)
@@ -142,15 +142,6 @@ def plan(topology: Topology, config: PlanConfig | None = None, rng_or_seed=0) ->
     finals = [quick[i] if cfg.restarts == 0 else _skippipe(topology, config, cost, parts[i], length, rng, seed,
                                                            cfg.restarts) for i in ranked]
     return min(finals, key=lambda sc: sc.predicted_iteration_s)
-
-
-def _distinct(parts: list) -> list:
-    """The partitions once each, in order: on a small swarm most annealing runs end in the same
-    few (6 nodes: 20 distinct of 48), and each copy cost a path plan and two simulations."""
-    unique: dict[tuple, object] = {}
-    for p in parts:
-        unique.setdefault(tuple(int(st) for st in p), p)
-    return list(unique.values())
 
 
 def _baseline(topology, config, cost, stage_of, length, rng, seed) -> Schedule:
