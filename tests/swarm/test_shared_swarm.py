@@ -35,7 +35,7 @@ from tests.unit.opsweb.test_status_prom import samples
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 PEERS, STAGES = 4, 3              # equal peers: the planner gives stage 2 two replicas, the others one
 PER_ITERATION = 1 * 2             # one stage-0 peer x 2 microbatches (harness.coordinator)
-ATTACK_S = float(os.environ.get("SKIPPIPE_SOAK_S", "20"))
+ATTACK_S = float(os.environ.get("SKIPPIPE_SOAK_S", "12"))   # a soak: SKIPPIPE_SOAK_S=300
 
 
 @pytest.fixture(scope="module")
