@@ -1,11 +1,14 @@
 """skippipe-swarm notices a peer that exits before the first schedule instead of waiting out
---timeout (launcher/swarm.py startup_failure)."""
+--timeout (launcher/swarm.py startup_failure), and tells the peers to leave once the run's last
+iteration is summarised (run_ended)."""
 import asyncio
 import subprocess
 import sys
 import time
 
-from launcher.swarm import startup_failure
+import pytest
+
+from launcher.swarm import run_ended, startup_failure
 
 
 class FakeApp:
@@ -49,3 +52,46 @@ def test_once_planned_a_dead_peer_is_churn_not_a_startup_failure(tmp_path):
         finally:
             coordinator.cancel()
     assert run(main()) is None
+
+
+class EndingApp:
+    def __init__(self):
+        self.ended = asyncio.Event()
+
+
+def test_the_peers_go_once_the_last_iteration_is_summarised_not_after_the_dht_closes():
+    async def main():
+        app = EndingApp()
+
+        async def coordinator_run():          # summarises its last iteration, then closes its DHT
+            await asyncio.sleep(0.1)
+            app.ended.set()
+            await asyncio.sleep(30)
+        coordinator = asyncio.create_task(coordinator_run())
+        try:
+            t0 = time.monotonic()
+            await run_ended(app, coordinator, timeout_s=20)
+            return time.monotonic() - t0
+        finally:
+            coordinator.cancel()
+    assert run(main()) < 5
+
+
+def test_a_run_that_neither_ends_nor_fails_times_out_and_a_failed_one_raises():
+    async def main(body, timeout_s):
+        app = EndingApp()
+        coordinator = asyncio.create_task(body())
+        try:
+            await run_ended(app, coordinator, timeout_s=timeout_s)
+        finally:
+            coordinator.cancel()
+
+    async def hangs():
+        await asyncio.sleep(30)
+
+    async def fails():
+        raise RuntimeError("the DHT did not start")
+    with pytest.raises(TimeoutError):
+        run(main(hangs, 0.2))
+    with pytest.raises(RuntimeError, match="the DHT did not start"):
+        run(main(fails, 10))
