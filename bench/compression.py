@@ -15,16 +15,17 @@ in-memory transport; the tiny model on the embedded corpus; SkipPipe k = 1/3 on 
 single-cluster topology), once per codec, every link carrying that codec (off: floats), the
 same tokens; the held-out loss of the trained model with all stages in order.
 
-  python bench/compression.py [--steps 12] [--conv-steps 120] [--skip-speed] [--skip-convergence]
+  python bench/compression.py [--steps 12] [--repeats 3] [--conv-steps 120] [--skip-speed] [--skip-convergence]
   [--conv-codecs off,int8,int4[,jitter]]
 The jitter codec is a control: floats off by ~1e-5 (bench/support/wire_jitter.py),
 far closer to exact than any codec; the tiny model's held-out loss moves with it about as much as with
 int8 (chaos), which says how much of a codec's figure is the codec.
-Last line: RESULT ratio=<auto/off measured> loss_off=.. loss_int8=.. loss_int4=.. loss_jitter=.. ...
+Last line: RESULT ratio=<auto/off measured> ratio_min=.. ratio_max=.. (over the pairs) loss_off=.. loss_int8=.. loss_int4=.. loss_jitter=.. ...
 """
 import argparse
 import contextlib
 import os
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -52,6 +53,9 @@ def parse_args() -> argparse.Namespace:
     g.add_argument("--topology-seed", type=int, default=2)
     g.add_argument("--latency-scale", type=positive, default=1.5)
     g.add_argument("--bandwidth-scale", type=positive, default=0.02)
+    g.add_argument("--repeats", type=int, default=1,
+                   help="off/auto pairs, run alternately (each pair's ratio is printed; the ratio is of "
+                        "the means): one pair's ratio moves by ~0.1 with the machine's load")
     g.add_argument("--timeout", type=float, default=600)
     g.add_argument("--log-level", default="WARNING")
     g.add_argument("--skip-speed", action="store_true", help="only the convergence part")
@@ -80,15 +84,23 @@ def speed(args, folder: Path) -> dict:
     topology = folder / "geo.json"
     write_topology(args, topology)
     per_node = microbatches_per_data_node(args, 1 / 3)
-    runs = {mode: run_swarm(args, topology, folder, "skippipe", "1/3", per_node,
-                            extra=("--wire-compression", mode), label=f"skippipe-{mode}") for mode in ("off", "auto")}
-    off, auto = runs["off"], runs["auto"]
-    ratio = auto["measured"] / off["measured"]
-    print(f"SkipPipe auto / off iteration time: {ratio:.3f} ({off['measured']:.3f} s -> {auto['measured']:.3f} s; "
-          f"simulator {off['predicted']:.3f} s -> {auto['predicted']:.3f} s, ratio "
-          f"{auto['predicted'] / off['predicted']:.3f}); target <= 0.75", flush=True)
-    return {"ratio": ratio, "off_s": off["measured"], "auto_s": auto["measured"],
-            "sim_ratio": auto["predicted"] / off["predicted"], "lost": off["lost"] + auto["lost"]}
+    pairs = []
+    for r in range(max(1, args.repeats)):
+        suffix = f"-r{r}" if args.repeats > 1 else ""
+        pairs.append({mode: run_swarm(args, topology, folder, "skippipe", "1/3", per_node,
+                                      extra=("--wire-compression", mode), label=f"skippipe-{mode}{suffix}")
+                      for mode in ("off", "auto")})
+        print(f"pair {r}: auto / off {pairs[-1]['auto']['measured'] / pairs[-1]['off']['measured']:.3f}", flush=True)
+    mean = {mode: statistics.mean(p[mode]["measured"] for p in pairs) for mode in ("off", "auto")}
+    predicted = {mode: statistics.mean(p[mode]["predicted"] for p in pairs) for mode in ("off", "auto")}
+    each = [p["auto"]["measured"] / p["off"]["measured"] for p in pairs]
+    ratio = mean["auto"] / mean["off"]
+    print(f"SkipPipe auto / off iteration time: {ratio:.3f} ({mean['off']:.3f} s -> {mean['auto']:.3f} s; pairs "
+          f"{min(each):.3f}-{max(each):.3f}; simulator {predicted['off']:.3f} s -> {predicted['auto']:.3f} s, "
+          f"ratio {predicted['auto'] / predicted['off']:.3f}); target <= 0.75", flush=True)
+    return {"ratio": ratio, "ratio_min": min(each), "ratio_max": max(each), "off_s": mean["off"],
+            "auto_s": mean["auto"], "sim_ratio": predicted["auto"] / predicted["off"],
+            "lost": sum(p[mode]["lost"] for p in pairs for mode in ("off", "auto"))}
 
 
 def convergence(args, folder: Path) -> dict:
@@ -134,7 +146,8 @@ def main() -> int:
 
     def fmt(value, spec=".4f"):
         return "nan" if value is None else format(value, spec)
-    print(f"RESULT ratio={fmt(fast.get('ratio'), '.3f')} loss_off={fmt(loss.get('off'))} "
+    print(f"RESULT ratio={fmt(fast.get('ratio'), '.3f')} ratio_min={fmt(fast.get('ratio_min'), '.3f')} "
+          f"ratio_max={fmt(fast.get('ratio_max'), '.3f')} loss_off={fmt(loss.get('off'))} "
           f"loss_int8={fmt(loss.get('int8'))} loss_int4={fmt(loss.get('int4'))} "
           f"loss_{CONTROL}={fmt(loss.get(CONTROL))} "
           f"off_s={fmt(fast.get('off_s'), '.3f')} auto_s={fmt(fast.get('auto_s'), '.3f')} "
