@@ -5,7 +5,8 @@ import random
 from coordinator.planner.baselines import full_paths, random_skip_paths
 from coordinator.planner.config import PlanConfig, PlanningError
 from coordinator.planner.costs import CostModel
-from coordinator.planner.partition import auto_partition_iters, auto_partitions, data_node_count, partition
+from coordinator.planner.partition import (auto_partition_iters, auto_partitions, data_node_count, partition,
+                                           partition_score)
 from coordinator.planner.paths import PathPlanner
 from coordinator.planner.rules import path_length
 from coordinator.planner.steady import predict
@@ -131,8 +132,9 @@ def plan(topology: Topology, config: PlanConfig | None = None, rng_or_seed=0) ->
     count = cfg.partitions or auto_partitions(len(topology.nodes))
     iters = cfg.partition_iters or auto_partition_iters(len(topology.nodes), count)
     skippipe = config.strategy == "skippipe"
-    parts = [partition(cost, length if skippipe else w.num_stages, d, iters, rng, pipelines=config.strategy == "full")
-             for _ in range(count)]
+    part_length, pipelines = (length if skippipe else w.num_stages), config.strategy == "full"
+    scorer = partition_score(cost, part_length, d, pipelines)     # shared: it remembers what it scored
+    parts = [partition(cost, part_length, d, iters, rng, pipelines=pipelines, score=scorer) for _ in range(count)]
     if not skippipe:
         return min((_baseline(topology, config, cost, so, length, rng, seed) for so in parts),
                    key=lambda sc: sc.predicted_iteration_s)
