@@ -1,5 +1,6 @@
 """The partition score remembers what it scored (planner/partition.py): one plan's annealing
-runs revisit the same few partitions, and a plan shares one score among them."""
+runs revisit the same few partitions, and a plan shares one score among them; the quick pass
+path-plans each distinct partition once (planner/entry.py)."""
 import random
 
 import numpy as np
@@ -31,3 +32,19 @@ def test_one_plan_scores_each_partition_once(monkeypatch):
     plan(make_topology("geo", 6, random.Random(3), stages=3), PlanConfig(), 0)
     assert scored and len(scored) == len(set(scored))        # 48 annealing runs, no partition twice
     assert entry.auto_partitions(6) == 48
+
+
+def test_one_plan_path_plans_each_distinct_partition_once_before_the_finalists(monkeypatch):
+    quick: list[tuple] = []
+    real = entry._skippipe
+
+    def counted(topology, config, cost, stage_of, length, rng, seed, restarts):
+        if restarts == 0:
+            quick.append(tuple(stage_of))
+        return real(topology, config, cost, stage_of, length, rng, seed, restarts)
+    monkeypatch.setattr(entry, "_skippipe", counted)
+    topology = make_topology("geo", 6, random.Random(3), stages=3)
+    planned = plan(topology, PlanConfig(), 0)
+    assert quick and len(quick) == len(set(quick)) < entry.auto_partitions(6)
+    monkeypatch.setattr(entry, "_skippipe", real)
+    assert plan(topology, PlanConfig(), 0) == planned          # deterministic, as before
