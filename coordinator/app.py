@@ -83,8 +83,7 @@ class CoordinatorApp:
         self.summaries: list[IterationSummary] = []
         self.presence = PresenceTracker(ReplanPolicy(min_peers=max(1, config.min_peers),
                                                          hold_s=config.replan_hold_s))
-        self.finished = False
-        self.ended = asyncio.Event()        # set with `finished`: the peers may go while run() closes the DHT
+        self.ended = asyncio.Event()        # the last iteration is summarised: the peers may go while run() closes the DHT
         self._adopted_at = 0.0           # monotonic time self.schedule was adopted
         self.replans: list[dict] = []       # every published epoch: when, why, from which iteration
         self.bans = BanList(routes=self.published.route_of, replicas=self.published.replicas_of)   # failed spot/share checks
@@ -132,6 +131,11 @@ class CoordinatorApp:
             # joins the DHT child for up to its shutdown_timeout: off the loop, which keeps
             # answering signals (a second Ctrl-C) meanwhile
             await asyncio.to_thread(shutdown_dht, self.dht)
+
+    @property
+    def finished(self) -> bool:
+        """The run's last iteration (--steps) is summarised."""
+        return self.ended.is_set()
 
     def shutdown(self) -> None:
         """Ends run(): the round in hand is cancelled, then the status page, the maddrs file
@@ -292,7 +296,6 @@ class CoordinatorApp:
                 if asyncio.iscoroutine(result):
                     await result
             if self.spec.max_steps and summary.iteration + 1 >= self.spec.max_steps:
-                self.finished = True
                 self.ended.set()
 
     async def _unbanned(self, adverts: dict) -> dict:

@@ -29,13 +29,18 @@ def log_tail(path: Path, lines: int = 8) -> str:
         return f"(cannot read it: {exc})"
 
 
+async def _event_or_end(event: asyncio.Event, coordinator: asyncio.Task, timeout_s: float) -> None:
+    """Until `event` is set or the coordinator's task ends, for at most `timeout_s`."""
+    waiter = asyncio.create_task(event.wait())
+    try:
+        await asyncio.wait({waiter, coordinator}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+
+
 async def coordinator_ready(app, coordinator: asyncio.Task, timeout_s: float) -> bool:
     """Whether the coordinator came up; False when it ended first (stopped, or failed)."""
-    ready = asyncio.create_task(app.ready.wait())
-    try:
-        await asyncio.wait({ready, coordinator}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        ready.cancel()
+    await _event_or_end(app.ready, coordinator, timeout_s)
     if app.ready.is_set():
         return True
     if not coordinator.done():
@@ -81,11 +86,7 @@ async def run_ended(app, coordinator: asyncio.Task, timeout_s: float) -> None:
     """Until the run's last iteration is summarised or the coordinator ends (stopped, failed):
     the peers are then told to leave while the coordinator still closes its DHT (~1.5 s), not
     after. TimeoutError when neither happens within `timeout_s`."""
-    ended = asyncio.create_task(app.ended.wait())
-    try:
-        await asyncio.wait({ended, coordinator}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        ended.cancel()
+    await _event_or_end(app.ended, coordinator, timeout_s)
     if coordinator.done():
         coordinator.result()           # its failure is the run's
     elif not app.ended.is_set():

@@ -151,11 +151,12 @@ def _once_per_partition(parts: list[list[int]], plan_one) -> list[Schedule]:
     without restarts is deterministic): on a small swarm the annealing runs mostly end in the
     same few (6 nodes: 20 distinct of 48). The copies stay in the list, so the ranking and the
     finalists' restarts are what they would be."""
+    keys = [tuple(so) for so in parts]
     planned: dict[tuple[int, ...], Schedule] = {}
-    for so in parts:
-        if tuple(so) not in planned:
-            planned[tuple(so)] = plan_one(so)
-    return [planned[tuple(so)] for so in parts]
+    for key, so in zip(keys, parts):
+        if key not in planned:
+            planned[key] = plan_one(so)
+    return [planned[key] for key in keys]
 
 
 def _baseline(topology, config, cost, stage_of, length, rng, seed) -> Schedule:

@@ -23,6 +23,7 @@ import time
 import urllib.request
 
 import pytest
+import torch
 
 from bench.support.harness import coordinator, peers, planned_with, wait_for
 from tests.swarm.live import LiveSwarm
@@ -112,8 +113,7 @@ def test_export_from_the_live_swarm_then_generate(swarm, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert f"exported live run {app.config.run}, iteration" in proc.stdout
     assert json.loads((out / "config.json").read_text())["skippipe_stage_layers"] == [2, 4, 6]
-    import torch
-    import transformers
+    import transformers      # here: only this test needs it, and it is slow to import
     hf = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
     tok = transformers.AutoTokenizer.from_pretrained(out)
     prompt = torch.tensor([tok("ROMEO:")["input_ids"]])

@@ -8,7 +8,7 @@ import pytest
 from coordinator.planner import PlanningError, plan
 from coordinator.planner.config import PlanConfig, PlannerConfig
 from coordinator.planner.costs import (LOCAL_SWARM_OVERHEADS, CostModel, choose_codecs, codec_seconds,
-                                       schedule_codecs, wire_bytes_per_element)
+                                       _auto_codec, schedule_codecs, wire_bytes_per_element)
 from coordinator.planner.presets import make_topology
 from coordinator.planner.simulate import simulate
 from coordinator.planner.steady import predict
@@ -56,7 +56,6 @@ def test_auto_compresses_where_transmission_dominates_and_not_on_fast_links():
 
 
 def test_auto_goes_to_int4_only_where_int8_still_leaves_transmission_dominant():
-    from coordinator.planner.costs import _auto_codec
     int8_s = wire_bytes_per_element("int8") / 4           # of a 1 s float transmission
     assert _auto_codec(1.0, 0.01, dominant_s=2.0) == "off"
     assert _auto_codec(1.0, 0.01, dominant_s=int8_s * 1.1) == "int8"
