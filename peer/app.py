@@ -1,6 +1,7 @@
 """Composition root of `skippipe-peer`: DHT, transport, discovery, the pipeline worker."""
 import asyncio
 import collections
+import functools
 import logging
 import time
 
@@ -37,9 +38,10 @@ from peer.routing.health import Health
 from peer.metrics import MeteredTransport, PeerMetrics, metrics_routes
 from peer.isolation import IsolationMonitor
 from peer.reachability import run_self_test
-from swarmcore.relay import relay_count_advice, relay_kwargs, visible_maddrs, wait_for_circuit
+from swarmcore.relay import MIN_RELAYS, relay_count_advice, relay_kwargs, visible_maddrs, wait_for_circuit, watch_circuits
 from peer.status import status_line
 from peer.transport.hivemind_p2p import HivemindTransport
+from peer.transport.redial import Redialer
 from peer.transport.rpc import RpcClient, RpcServer
 
 from tokendata.cursor import compress_positions
@@ -103,6 +105,7 @@ class PeerApp:
         self.progress_publisher = LatestPublisher(self._put_progress, "progress", self.life.spawn)
         self.metrics = PeerMetrics()       # read by /metrics; the worker is never touched
         self.reachability = None           # the start-up self-test's Reachability
+        self.relay_watch = None            # with --relay-via: a loop that notices lost relay slots
         self.health = Health()             # shared by the worker and the isolation monitor
         self.isolation = Isolation()       # the monitor's verdict, which the worker acts on
         self.claim_speed = claimed_speed([])   # what the advert says we measure (--fault lie: less)
@@ -147,13 +150,15 @@ class PeerApp:
         cfg = self.config
         self.dht = dht
         p2p = await self._unless_stopped(dht.replicate_p2p())
+        hivemind = HivemindTransport(p2p)
         try:  # the link emulator (testing only; off without --topology) sits under the metrics
-            inner, self.emulation = emulate(HivemindTransport(p2p), cfg.topology, cfg.node_id, cfg.node_map)
+            inner, self.emulation = emulate(hivemind, cfg.topology, cfg.node_id, cfg.node_map)
         except EmulationError as exc:
             raise StartupError(str(exc)) from None
         transport = MeteredTransport(inner, self.metrics)
         me = transport.peer_id
         self.records = self.guard.records(dht, me)
+        hivemind.redial = Redialer(p2p, self.records.advertised_maddrs)   # a relayed peer that moved
         spec = await self._unless_stopped(self._wait_for_spec())
         logger.info("joined run %r (model %s, %d stages, skip %.2f) as %s", spec.run, spec.model,
                     spec.num_stages, spec.skip_ratio, me)
@@ -168,8 +173,9 @@ class PeerApp:
                 runtime.samples = await self._unless_stopped(prepare_samples(spec, cfg, p2p, self._data_holders()))
             except DataMismatch as exc:
                 raise StartupError(str(exc)) from None
+        circuits: list[str] = []
         if cfg.relay_via:    # our advert should carry the circuit addresses others dial us by
-            await self._unless_stopped(self._wait_for_relay(p2p))
+            circuits = await self._unless_stopped(self._wait_for_relay(p2p))
             maddrs = tuple(await visible_maddrs(p2p))
         else:
             maddrs = tuple(str(a) for a in dht.get_visible_maddrs())
@@ -209,6 +215,17 @@ class PeerApp:
         else:
             logger.warning("no relay slot after %.0f s (are the --relay-via peers up, public and started with "
                            "--serve-relay?): only peers we dial ourselves can reach us", RELAY_WAIT_S)
+        self.relay_watch = functools.partial(watch_circuits, p2p, circuits, self._relay_slots_changed)
+        return circuits
+
+    def _relay_slots_changed(self, maddrs: list[str], circuits: list[str]) -> None:
+        if circuits:
+            logger.info("relay slots changed: reachable at %s", ", ".join(circuits))
+        else:
+            logger.warning("lost every relay slot (the relays left or died): only peers we dial ourselves can "
+                           "reach us until libp2p reserves another (at once with %d live --relay-via relays, else "
+                           "up to 3 minutes after start)", MIN_RELAYS)
+        self.announcer.update(maddrs=tuple(maddrs))
 
     def _worker(self, me: str, spec: RunSpec, runtime, slowdown: float) -> PipelineWorker:
         """The pipeline worker and its seat, every hook passed in at construction."""
@@ -244,7 +261,8 @@ class PeerApp:
                 IsolationMonitor(self.isolation, self.health, self.worker.ledger, self.book, self.records, self.rpc,
                                  self.announcer.advert.peer_id, self.config.announce_period_s,
                                  self.config.dht_poll_s, rebootstrap=self._rebootstrap).run(),
-                self.guard.run(self.config.announce_period_s)):
+                self.guard.run(self.config.announce_period_s),
+                *([self.relay_watch()] if self.relay_watch else [])):
             self.life.spawn(loop)
         await self.worker.run()   # its crash ends the peer, as itself
         self.run_over = True

@@ -8,13 +8,17 @@ a forwarded port names relays (`--relay-via`): p2pd's autorelay reserves a slot 
 peer advertises /p2p-circuit addresses through them, so that peers it never dialled can reach it.
 
 Measured (bench/relay_probe.py, docs/nat.md#relays): autorelay reserves at once only when it has
-at least MIN_RELAYS candidates; with fewer it waits its boot delay (3 minutes) first.
+at least MIN_RELAYS candidates; with fewer it waits its boot delay (3 minutes) first. Autorelay
+holds two slots; one that lost both (their relays died) reserved another in 2-5 s in the NAT
+namespaces, with two live candidates left. Its new circuit addresses reach only peers it still
+shares a connection with: `watch_circuits` re-announces them, peer/transport/redial.py dials by them.
 """
 import asyncio
 import time
 
 MIN_RELAYS = 4            # libp2p autorelay's minimum candidates before it reserves without waiting
 CIRCUIT = "/p2p-circuit"
+RELAY_WATCH_S = 2.0       # how often a --relay-via peer checks its slots (one local daemon call)
 
 
 class RelayConfigError(ValueError):
@@ -73,3 +77,17 @@ async def visible_maddrs(p2p, tries: int = 40, poll_s: float = 0.25) -> list[str
             return found
         await asyncio.sleep(poll_s)
     return []
+
+
+async def watch_circuits(p2p, circuits: list[str], on_change, period_s: float = RELAY_WATCH_S) -> None:
+    """Call on_change(maddrs, circuits) each time our /p2p-circuit addresses change: a relay died
+    (its slot is gone) or autorelay reserved another. A look that finds no address at all (the
+    daemon swapping them) is no change."""
+    known = set(circuits)
+    while True:
+        await asyncio.sleep(period_s)
+        maddrs = await visible_maddrs(p2p, tries=4)
+        now = circuit_maddrs(maddrs)
+        if maddrs and set(now) != known:
+            known = set(now)
+            on_change(maddrs, now)

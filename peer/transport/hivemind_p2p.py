@@ -7,7 +7,8 @@ as chunk frames on the same stream.
 """
 import asyncio
 import logging
-from typing import Sequence
+import time
+from typing import Awaitable, Callable, Sequence
 
 from hivemind.p2p import P2P, PeerID
 
@@ -18,6 +19,11 @@ logger = logging.getLogger(__name__)
 PROTOCOL_NAME = "skippipe.v1"
 ITEM_TIMEOUT_S = 30.0
 IDLE_TIMEOUT_S = 5.0     # a request stream that sends nothing for this long is cut (issue 24)
+DIAL_FAILED = "failed to dial"   # p2pd's words when no address of the peer answered
+
+
+class _DialFailed(TransportError):
+    """The stream never opened: p2pd could not reach the peer by any address it knows."""
 
 
 class HivemindTransport(Transport):
@@ -27,8 +33,20 @@ class HivemindTransport(Transport):
         self.item_timeout = item_timeout
         self.idle_timeout = min(idle_timeout, item_timeout)
         self._serving = False
+        # (peer, timeout_s, dial error) -> whether p2pd now reaches peer another way (redial.py)
+        self.redial: Callable[[str, float, str], Awaitable[bool]] | None = None
 
     async def request(self, peer: str, frames: Sequence[bytes], timeout: float, on_sent: OnSent = None) -> bytes:
+        deadline = time.monotonic() + timeout
+        try:
+            return await self._request(peer, frames, timeout, on_sent)
+        except _DialFailed as exc:
+            # nothing was sent: once p2pd reaches the peer by its advertised addresses, send again
+            if self.redial is None or not await self.redial(peer, deadline - time.monotonic(), exc.problem):
+                raise TransportError(peer, exc.problem) from None
+        return await self._request(peer, frames, max(deadline - time.monotonic(), 0.1), on_sent)
+
+    async def _request(self, peer: str, frames: Sequence[bytes], timeout: float, on_sent: OnSent) -> bytes:
         writer = None
         try:
             async with asyncio.timeout(timeout):
@@ -44,7 +62,10 @@ class HivemindTransport(Transport):
         except asyncio.IncompleteReadError:
             raise TransportError(peer, "connection closed before the reply") from None
         except Exception as exc:  # p2pd dial failures come as various types
-            raise TransportError(peer, f"{type(exc).__name__}: {exc}") from None
+            problem = f"{type(exc).__name__}: {exc}"
+            if writer is None and DIAL_FAILED in str(exc):
+                raise _DialFailed(peer, problem) from None
+            raise TransportError(peer, problem) from None
         finally:
             if writer is not None:
                 writer.close()

@@ -67,6 +67,11 @@ class RunRecords:
         self.admission.members = frozenset(members)
         return members
 
+    async def advertised_maddrs(self, peer: str) -> list[str]:
+        """The addresses `peer`'s current advert gives ([] without one)."""
+        advert = (await self.get_adverts()).get(peer)
+        return list(advert.maddrs) if advert is not None else []
+
     async def get_roster(self) -> Roster | None:
         """The newest roster signed by the organiser key (when one is known); kept in `admission`."""
         if self.admission is None or not self.admission.organiser_key:

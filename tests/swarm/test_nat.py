@@ -69,20 +69,22 @@ def _port(maddr: str) -> int:
 
 @pytest.mark.timeout(180)     # ~25-45 s; five processes start on a box that may be busy
 def test_a_home_peer_behind_nat_trains_through_relays_and_outlives_the_busiest_relay(nat_hosts, tmp_path):
-    """--relay-via: the home peer reserves slots on four relay-only nodes (two processes of two,
-    as a --serve-relay peer's p2pd; libp2p reserves at once only with four candidates, docs/nat.md),
-    advertises circuit addresses and reports `relayed`. The stage-0 peer drops all TCP to and
+    """--relay-via: the home peer reserves slots on relay-only nodes (four, one process each, as a
+    --serve-relay peer's p2pd on its own host; libp2p reserves at once only with four candidates,
+    docs/nat.md), advertises circuit addresses and reports `relayed`. The stage-0 peer drops all TCP to and
     from home's address (as if behind a strict NAT too: no hole punching either), and holds relay
     slots as well (else home could only answer over connections the stage-0 peer opened), so
     every activation and gradient between them crosses a relay: training completes only if the
-    relay carries it. Then the relay process
-    that carried them dies mid-run: the next iterations go through the other one, nothing lost."""
+    relay carries it. Then the relay that carried them dies mid-run: the next iterations go
+    through another, nothing lost. (Autorelay holds two slots. Two relays in one process, as this
+    test once had, could both be home's and die together: with no slot left and under four live
+    candidates libp2p waits out its 3-minute boot delay, and CI51 lost every microbatch.)"""
     hosts = nat_hosts
     maddrs = wait_maddrs(start_coordinator(hosts, 0, tmp_path, "--stages", "2", "--min-peers", "2",
                                            "--steps", "1000"))    # still running when the relay dies
-    groups = []
-    for name in "ab":
-        groups.append((start_relays(hosts, 0, 2, tmp_path, name=name), hosts.processes[-1]))
+    groups = []    # one relay per process, as on separate hosts: see the docstring
+    for name in "abcd":
+        groups.append((start_relays(hosts, 0, 1, tmp_path, name=name), hosts.processes[-1]))
     relays = [m for group, _ in groups for m in group]
     hosts.refuse_home(1)
     hosts.count_traffic(hosts.addrs[:2])
@@ -103,15 +105,18 @@ def test_a_home_peer_behind_nat_trains_through_relays_and_outlives_the_busiest_r
     hosts.stop(groups[busiest][1], grace_s=0)                     # that relay process is gone
     done = len(wait_iterations(tmp_path / "coordinator.log", 3, 5))
 
+    survivors = [m for k, (group, _) in enumerate(groups) if k != busiest for m in group]
+
     def other_relay_bytes() -> int:
-        return sum(hosts.port_bytes(0).get(_port(m), 0) for m in groups[1 - busiest][0])
+        return sum(hosts.port_bytes(0).get(_port(m), 0) for m in survivors)
     # the other relay takes over (until then microbatches skip home's stage: rerouted, not
     # lost); how soon depends on when the stage-0 peer next dials home: bounded, polled
     deadline = time.monotonic() + 60
-    while other_relay_bytes() - carried[1 - busiest] <= 100_000 and time.monotonic() < deadline:
+    before = sum(carried) - carried[busiest]
+    while other_relay_bytes() - before <= 100_000 and time.monotonic() < deadline:
         time.sleep(0.5)
     other = other_relay_bytes()
-    assert other - carried[1 - busiest] > 100_000, (carried, other)   # the other relay took over
+    assert other - before > 100_000, (carried, other)   # another relay took over
     rows = wait_iterations(tmp_path / "coordinator.log", len(iterations(tmp_path / "coordinator.log")) + 2, 60)
     # a microbatch crossing the relay when it died is sent again (reissued), not lost
     bad = [r for r in rows[done:] if r["lost"] or r["completed"] + r["rerouted"] + r["reissued"] != 2]

@@ -3,7 +3,8 @@ import asyncio
 
 import pytest
 
-from swarmcore.relay import MIN_RELAYS, RelayConfigError, relay_count_advice, relay_kwargs, visible_maddrs, wait_for_circuit
+from swarmcore.relay import (MIN_RELAYS, RelayConfigError, relay_count_advice, relay_kwargs, visible_maddrs,
+                             wait_for_circuit, watch_circuits)
 
 RELAY = "/ip4/11.0.0.1/tcp/4000/p2p/12D3KooWSukL1J4UWniYR6yUygbZHKe8wtwnYNJ63kuyyZXSLXWJ"
 
@@ -92,3 +93,31 @@ def test_the_coordinator_and_the_peer_carry_the_relay_flags_into_their_configs(m
     assert cfg.relay_via == (RELAY,) and not cfg.serve_relay
     with pytest.raises(SystemExit):   # one or the other
         peer_parser().parse_args(["--initial-peers", RELAY, "--relay-via", RELAY, "--serve-relay"])
+
+
+class Sequence:
+    """get_visible_maddrs answers from a script: a list per call, or ValueError (none found)."""
+    def __init__(self, answers):
+        self.answers = list(answers)
+
+    async def get_visible_maddrs(self, latest=False):
+        answer = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        if answer is None:
+            raise ValueError("No multiaddrs found for peer QmMe")
+        return answer
+
+
+def test_watch_circuits_reports_a_lost_slot_and_a_new_one_but_not_a_moment_without_addresses():
+    local = "/ip4/192.168.1.2/tcp/5000/p2p/QmMe"
+    old, new = f"{RELAY}/p2p-circuit/p2p/QmMe", f"{RELAY[:-1]}Y/p2p-circuit/p2p/QmMe"
+    p2p = Sequence([[local, old], [local, old], None, None, None, None, [local], [local], [local, new]])
+    changes = []
+
+    async def watch_a_while():
+        task = asyncio.create_task(watch_circuits(p2p, [old], lambda m, c: changes.append((m, c)), period_s=0.001))
+        while len(p2p.answers) > 1:
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(0.05)
+        task.cancel()
+    asyncio.run(watch_a_while())
+    assert changes == [([local], []), ([local, new], [new])]
