@@ -38,7 +38,8 @@ from peer.routing.health import Health
 from peer.metrics import MeteredTransport, PeerMetrics, metrics_routes
 from peer.isolation import IsolationMonitor
 from peer.reachability import run_self_test
-from swarmcore.relay import MIN_RELAYS, relay_count_advice, relay_kwargs, visible_maddrs, wait_for_circuit, watch_circuits
+from swarmcore.relay import relay_kwargs, visible_maddrs, watch_circuits
+from peer.relay_slots import slots_changed, wait_for_slot
 from peer.status import status_line
 from peer.transport.hivemind_p2p import HivemindTransport
 from peer.transport.redial import Redialer
@@ -57,7 +58,6 @@ SPEED_ADVERT_PERIOD_S = 5.0  # measured speed into the advert (and an idle peer'
 JOIN_ATTEMPTS = 3            # joining through --initial-peers, with JOIN_RETRY_S x attempt between
 JOIN_RETRY_S = 3.0
 DHT_SHUTDOWN_S = 1.5         # then hivemind terminates its DHT child: inside the 5 s a stop may take
-RELAY_WAIT_S = 20.0          # with --relay-via: how long we wait for a relay slot before announcing
 
 
 class Stopped(Exception):
@@ -173,10 +173,11 @@ class PeerApp:
                 runtime.samples = await self._unless_stopped(prepare_samples(spec, cfg, p2p, self._data_holders()))
             except DataMismatch as exc:
                 raise StartupError(str(exc)) from None
-        circuits: list[str] = []
         if cfg.relay_via:    # our advert should carry the circuit addresses others dial us by
-            circuits = await self._unless_stopped(self._wait_for_relay(p2p))
+            circuits = await self._unless_stopped(wait_for_slot(p2p, cfg.relay_via))
             maddrs = tuple(await visible_maddrs(p2p))
+            self.relay_watch = functools.partial(watch_circuits, p2p, circuits,
+                                                 lambda *change: slots_changed(self.announcer, *change))
         else:
             maddrs = tuple(str(a) for a in dht.get_visible_maddrs())
         self.announcer = Announcer(self.records, self.guard.sign_advert(runtime.advert(me, maddrs)),
@@ -204,28 +205,6 @@ class PeerApp:
             if http is not None:
                 await http.close()
         return 0
-
-    async def _wait_for_relay(self, p2p) -> None:
-        if (advice := relay_count_advice(self.config.relay_via)):
-            logger.warning(advice)
-        t0 = time.monotonic()
-        circuits = await wait_for_circuit(p2p, RELAY_WAIT_S)
-        if circuits:
-            logger.info("relay slot reserved after %.1f s: reachable at %s", time.monotonic() - t0, ", ".join(circuits))
-        else:
-            logger.warning("no relay slot after %.0f s (are the --relay-via peers up, public and started with "
-                           "--serve-relay?): only peers we dial ourselves can reach us", RELAY_WAIT_S)
-        self.relay_watch = functools.partial(watch_circuits, p2p, circuits, self._relay_slots_changed)
-        return circuits
-
-    def _relay_slots_changed(self, maddrs: list[str], circuits: list[str]) -> None:
-        if circuits:
-            logger.info("relay slots changed: reachable at %s", ", ".join(circuits))
-        else:
-            logger.warning("lost every relay slot (the relays left or died): only peers we dial ourselves can "
-                           "reach us until libp2p reserves another (at once with %d live --relay-via relays, else "
-                           "up to 3 minutes after start)", MIN_RELAYS)
-        self.announcer.update(maddrs=tuple(maddrs))
 
     def _worker(self, me: str, spec: RunSpec, runtime, slowdown: float) -> PipelineWorker:
         """The pipeline worker and its seat, every hook passed in at construction."""

@@ -194,11 +194,14 @@ class Recovery:
         if hop >= len(flight.route.hops):
             self._note(f"iteration {i} microbatch {mb}: its origin {dead[:12]} is unreachable")
             return
-        if not health.suspect(dead):   # it answered and would not take it (or kept it past its hop
-            flight.refused.add(dead)   # deadline); a dropped connection (a relay that died
-                                       # mid-stream) may well take it on a new one
-        else:
+        if health.suspect(dead) or (health.late(dead) and not flight.sent_at):
+            # a dropped connection (a relay that died mid-stream) may well take it on a new one;
+            # and a peer late with another flight never saw this one: had it counted as refused,
+            # a stage whose sole replica was late lost every microbatch at once for hop_late_s
+            # (CI51: 0.3 s iterations, all lost), where the last resort now tries it once more
             flight.failed[dead] += 1
+        else:   # it answered and would not take it, or kept it past its hop deadline
+            flight.refused.add(dead)
         decision = fallback.recover_hop(flight.route, hop, lambda s: pv.replicas(schedule, s),
                                         self._untried(flight, health.usable), self._budget(schedule, mb))
         last_resort = decision.action == fallback.Action.REISSUE

@@ -49,7 +49,7 @@ def iteration_5(route: Route, schedule: Schedule):
 def recovery(suspect=frozenset()):
     st, ledger = iteration_5(ROUTE, SCHEDULE)
     health = SimpleNamespace(usable=lambda peer: peer not in suspect, departed=set(), failures=lambda peer: 0,
-                             suspect_after=3, suspect=lambda peer: peer in suspect)
+                             suspect_after=3, suspect=lambda peer: peer in suspect, late=lambda peer: False)
     sent = []
 
     def spawn(coro, what=""):
@@ -192,3 +192,28 @@ def test_a_flight_overdue_at_its_successor_is_rerouted_and_the_successor_marked_
     asyncio.run(rec._recover_suspects())
     assert health.late(late) and late_named == [(late,)]
     assert len(sent) == 1 and late not in [h.peer for h in sent[0].hops]
+
+
+def test_a_sole_replica_late_with_an_earlier_flight_gets_the_next_one_as_a_last_resort():
+    """Marked late (hop deadlines) in an earlier iteration, stage 1's only replica is routed
+    around for hop_late_s, but there is no way around it: a new flight that never reached it
+    goes to it once more (its send tries a suspect-looking peer), not straight to LOST, which
+    lost every iteration for 15 s in CI51. The flight it did keep past its deadline stays refused."""
+    from peer.routing.health import Health
+    st, ledger = iteration_5(SOLE, SOLE_SCHEDULE)
+    sent = []
+
+    def spawn(coro, what=""):
+        sent.append((coro.cr_frame.f_locals["route"], coro.cr_frame.f_locals["try_suspect"]))
+        coro.close()
+    health = Health()
+    health.mark_late("a", 15.0)
+    rec = Recovery("o", "r", WorkerSettings(extra_skips=0), SEAT, ledger, SimpleNamespace(health=health),
+                   SimpleNamespace(spawn=spawn))
+    asyncio.run(rec.next_hop_failed(5, 0, "a"))         # the sender skipped it: late
+    assert [([h.peer for h in r.hops], t) for r, t in sent] == [(["o", "a"], True)]
+    assert st.own[0].outcome is None and "a" not in st.flights[0].refused
+    flight = st.flights[0]
+    flight.sent_at = time.monotonic() - 30             # taken this time, and kept past its deadline
+    asyncio.run(rec.next_hop_failed(5, 0, "a"))
+    assert len(sent) == 1 and "a" in flight.refused and st.own[0].outcome == Outcome.LOST
