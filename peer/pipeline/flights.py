@@ -48,6 +48,9 @@ class Flight:
     holding: bool = False             # its origin waits for a silent replica to answer (recovery.py)
     holds: int = 0                    # how often it was held (bounded: a peer that answers pings
                                       # but fails every send must not cycle it until the timeout)
+    # sent to a peer recovery knew was late or suspect, for want of any other: its own hop
+    # deadline judges it, not that peer's earlier lateness
+    last_resort: bool = False
     sent_at: float = 0.0              # monotonic time the successor took it (0: not yet): its hop
     returned_at: float = 0.0          # deadline runs from there (hop_deadlines.py) until its gradient came
 

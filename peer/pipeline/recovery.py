@@ -135,9 +135,12 @@ class Recovery:
         for mb, flight in list(st.flights.items()):
             if flight.successor == self.me:
                 continue
-            if not self.health.suspect(flight.successor) and self._overdue(flight, now):
+            overdue = not self.health.suspect(flight.successor) and self._overdue(flight, now)
+            if overdue:
                 self._mark_late(i, mb, flight, now)
-            late = self.health.late(flight.successor) and not flight.returned_at   # (its gradient came: done)
+            # (its gradient came: done; sent there as the last resort: only its own deadline counts)
+            late = (self.health.late(flight.successor) and not flight.returned_at
+                    and (overdue or not flight.last_resort))
             if self.health.suspect(flight.successor) or late:
                 await self.next_hop_failed(i, mb, flight.successor)
 
@@ -194,13 +197,14 @@ class Recovery:
         if hop >= len(flight.route.hops):
             self._note(f"iteration {i} microbatch {mb}: its origin {dead[:12]} is unreachable")
             return
-        if health.suspect(dead) or (health.late(dead) and not flight.sent_at):
-            # a dropped connection (a relay that died mid-stream) may well take it on a new one;
-            # and a peer late with another flight never saw this one: had it counted as refused,
-            # a stage whose sole replica was late lost every microbatch at once for hop_late_s
-            # (CI51: 0.3 s iterations, all lost), where the last resort now tries it once more
+        if health.suspect(dead) or (health.late(dead) and not flight.last_resort):
+            # a dropped connection (a relay that died mid-stream) may well take it on a new one,
+            # and a late peer is not one that refused: where no other replica can take the flight
+            # (and no skip is left) the last resort gives it to that peer once more. Counted as
+            # refused, a stage whose sole replica was late lost every microbatch at once for
+            # hop_late_s (CI51: 0.3 s iterations, all lost)
             flight.failed[dead] += 1
-        else:   # it answered and would not take it, or kept it past its hop deadline
+        else:   # it answered and would not take it, or was its last resort and kept it too long
             flight.refused.add(dead)
         decision = fallback.recover_hop(flight.route, hop, lambda s: pv.replicas(schedule, s),
                                         self._untried(flight, health.usable), self._budget(schedule, mb))
@@ -225,6 +229,7 @@ class Recovery:
         out = await self.seat.compute(self.seat.runner.stashed_output, (i, mb))
         flight.attempt = next_attempt(max(flight.attempt, st.seen.get((mb, pv.Kind.FORWARD), 0)), flight.hop_index)
         flight.route = route
+        flight.last_resort = try_suspect
         flight.sent_at = flight.returned_at = 0.0   # its hop deadline restarts once the new hop takes it
         hop = flight.hop_index
         flight.successor = pv.next_hop(route, hop)

@@ -194,13 +194,16 @@ def test_a_flight_overdue_at_its_successor_is_rerouted_and_the_successor_marked_
     assert len(sent) == 1 and late not in [h.peer for h in sent[0].hops]
 
 
-def test_a_sole_replica_late_with_an_earlier_flight_gets_the_next_one_as_a_last_resort():
-    """Marked late (hop deadlines) in an earlier iteration, stage 1's only replica is routed
-    around for hop_late_s, but there is no way around it: a new flight that never reached it
-    goes to it once more (its send tries a suspect-looking peer), not straight to LOST, which
-    lost every iteration for 15 s in CI51. The flight it did keep past its deadline stays refused."""
+def test_a_sole_replica_marked_late_gets_the_flight_once_more_as_the_last_resort():
+    """Stage 1's only replica "a" was marked late (hop deadlines) and is routed around for
+    hop_late_s, but there is no way around it: a flight for it goes to it once more (its send
+    tries a peer that looks bad), and the monitor leaves that flight to its own hop deadline
+    rather than failing it at once for the earlier lateness. Counting a late peer as refused
+    lost every microbatch at once for 15 s (CI51, CI53). Past its deadline, the last resort is
+    refused: lost, not sent to it again."""
     from peer.routing.health import Health
     st, ledger = iteration_5(SOLE, SOLE_SCHEDULE)
+    ledger.iteration, ledger.in_hand = 5, lambda: st
     sent = []
 
     def spawn(coro, what=""):
@@ -208,12 +211,17 @@ def test_a_sole_replica_late_with_an_earlier_flight_gets_the_next_one_as_a_last_
         coro.close()
     health = Health()
     health.mark_late("a", 15.0)
-    rec = Recovery("o", "r", WorkerSettings(extra_skips=0), SEAT, ledger, SimpleNamespace(health=health),
-                   SimpleNamespace(spawn=spawn))
+    rec = Recovery("o", "r", WorkerSettings(extra_skips=0, hop_deadline_floor_s=1.0), SEAT, ledger,
+                   SimpleNamespace(health=health), SimpleNamespace(spawn=spawn))
     asyncio.run(rec.next_hop_failed(5, 0, "a"))         # the sender skipped it: late
     assert [([h.peer for h in r.hops], t) for r, t in sent] == [(["o", "a"], True)]
-    assert st.own[0].outcome is None and "a" not in st.flights[0].refused
     flight = st.flights[0]
-    flight.sent_at = time.monotonic() - 30             # taken this time, and kept past its deadline
-    asyncio.run(rec.next_hop_failed(5, 0, "a"))
+    assert st.own[0].outcome is None and "a" not in flight.refused and flight.last_resort
+    for _ in range(4):
+        rec.deadlines.completed(0.3, 2)                # deadlines on: ~1 s per hop ahead
+    flight.sent_at = time.monotonic() - 0.5            # taken, within its deadline
+    asyncio.run(rec._recover_suspects())
+    assert len(sent) == 1 and st.own[0].outcome is None   # "a" is still late, yet the flight waits
+    flight.sent_at = time.monotonic() - 30             # kept past its deadline
+    asyncio.run(rec._recover_suspects())
     assert len(sent) == 1 and "a" in flight.refused and st.own[0].outcome == Outcome.LOST

@@ -21,5 +21,5 @@ def test_a_new_slot_is_announced_and_losing_every_slot_is_a_warning(caplog):
         slots_changed(announcer, [LOCAL, CIRCUIT], [CIRCUIT])
         slots_changed(announcer, [LOCAL], [])
     assert announcer.updates == [{"maddrs": (LOCAL, CIRCUIT)}, {"maddrs": (LOCAL,)}]
-    assert [(r.levelname, r.getMessage().split(":")[0]) for r in caplog.records] == [
-        ("INFO", "relay slots changed"), ("WARNING", "lost every relay slot (the relays left or died)")]
+    assert [(r.levelno, r.getMessage().split(":")[0]) for r in caplog.records] == [
+        (logging.INFO, "relay slots changed"), (logging.WARNING, "lost every relay slot (the relays left or died)")]
