@@ -38,16 +38,27 @@ async def _serve(addr: str, count: int, out: Path) -> None:
 def start_relays(hosts, i: int, count: int, work: Path, timeout_s: float = 60.0, name: str = "") -> list[str]:
     """Start `count` relay nodes (one process) in host i of `hosts`; their multiaddrs once they are
     up. The process is hosts.processes[-1] on return; `name` tells several in one host apart."""
+    return wait_relays(launch_relays(hosts, i, count, work, name), timeout_s)
+
+
+def launch_relays(hosts, i: int, count: int, work: Path, name: str = "") -> Path:
+    """Start the process of `start_relays` without waiting for it (several start side by side:
+    each spends seconds importing); the path to give `wait_relays`."""
     out = work / f"relays{i}{name}.json"
     hosts.popen(i, [sys.executable, "-m", "bench.support.relay_nodes", hosts.addrs[i], str(count), str(out)],
                 work / f"relays{i}{name}.log")
+    return out
+
+
+def wait_relays(out: Path, timeout_s: float = 60.0) -> list[str]:
+    """The multiaddrs a `launch_relays` process wrote once its nodes were up."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if out.exists():
             return json.loads(out.read_text())
         time.sleep(0.2)
-    log = (work / f"relays{i}{name}.log").read_text()[-2000:]
-    raise RuntimeError(f"relay nodes in host {i} not up within {timeout_s:.0f}s:\n{log}")
+    log = out.with_suffix(".log").read_text()[-2000:]
+    raise RuntimeError(f"relay nodes of {out.name} not up within {timeout_s:.0f}s:\n{log}")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import pytest
 
 from bench.nat_netns import NatHosts, unavailable_reason
 from bench.support.netns_swarm import iterations, start_coordinator, start_peer, wait_iterations, wait_maddrs
-from bench.support.relay_nodes import start_relays
+from bench.support.relay_nodes import launch_relays, wait_relays
 from tests.swarm.netns import wait_log
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
@@ -90,9 +90,8 @@ def test_a_home_peer_behind_nat_trains_through_relays_and_outlives_every_relay_i
     hosts = nat_hosts
     maddrs = wait_maddrs(start_coordinator(hosts, 0, tmp_path, "--stages", "2", "--min-peers", "2",
                                            "--steps", "1000"))    # still running when the relays die
-    relays = []
-    for name in "abcde":
-        relays.append((start_relays(hosts, 0, 1, tmp_path, name=name)[0], hosts.processes[-1]))
+    launched = [(launch_relays(hosts, 0, 1, tmp_path, name=name), hosts.processes[-1]) for name in "abcde"]
+    relays = [(wait_relays(out)[0], proc) for out, proc in launched]
     hosts.refuse_home(1)
     hosts.count_traffic(hosts.addrs[:2])
     hosts.count_ports(0, [_port(m) for m, _ in relays])
