@@ -4,8 +4,8 @@ p2pd dials a peer by id with the addresses its peerstore remembers, which it lea
 last connected. A relayed peer whose relay died reserves a slot on another relay within seconds
 (docs/nat.md), but its old circuit addresses stay in our peerstore (and in p2pd's dial backoff)
 for minutes, and nothing tells our daemon the new ones unless the two peers still share a live
-connection: in CI51 both peers' slots were on the relay that died, and every microbatch between
-them was lost for the next 10 s. Our DHT advert of a peer carries its current addresses (a
+connection: in CI51 both peers' slots were on the relays that died, and the stage-0 peer dialled
+home's old addresses in vain until the test ended. Our DHT advert of a peer carries its current addresses (a
 relayed peer re-announces them when its slots change), so on a failed dial we hand those to p2pd
 and dial once more.
 """
