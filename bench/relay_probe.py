@@ -58,38 +58,12 @@ async def _role_server(addr: str, out: Path, relay_maddrs: list[str], home: bool
     await asyncio.Future()
 
 
-class _Circuit:
-    """'/ip4/../tcp/../p2p/<relay>/p2p-circuit' in the binary form p2pd parses. hivemind's own
-    Multiaddr writes the /p2p/ part as a CID (0x01 0x72 ...) where go-multiaddr wants the bare
-    multihash, and the daemon answers "length greater than remaining number of bytes"."""
-
-    def __init__(self, maddr: str):
-        from hivemind.p2p import PeerID
-        from hivemind.utils.multiaddr import Multiaddr
-        head, rest = maddr.split("/p2p/", 1)
-        relay = PeerID.from_base58(rest.split("/", 1)[0]).to_bytes()
-        self.raw = Multiaddr(head).to_bytes() + _varint(421) + _varint(len(relay)) + relay + _varint(290)
-
-    def to_bytes(self) -> bytes:
-        return self.raw
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
-        n >>= 7
-        if not n:
-            return bytes(out)
-
-
 async def _measure(p2p, peer_id, maddrs: list[str], sizes_mb: list[float], pings: int) -> dict:
     from hivemind.p2p import P2P, PeerID
-    from hivemind.utils.multiaddr import Multiaddr
+    from peer.transport.redial import daemon_maddrs   # the form the daemon's connect parses
     pid = PeerID.from_base58(peer_id)
     t0 = time.perf_counter()
-    bare = [m.rsplit("/p2p/", 1)[0] for m in maddrs]   # the daemon's connect wants them without our id
-    await p2p._client.connect(pid, [_Circuit(m) if "/p2p-circuit" in m else Multiaddr(m) for m in bare])
+    await p2p._client.connect(pid, daemon_maddrs(peer_id, maddrs))
     _, reader, writer = await p2p.call_binary_stream_handler(pid, HANDLER)
     result = {"connect_s": round(time.perf_counter() - t0, 4)}
     rtts = []

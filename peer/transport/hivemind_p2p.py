@@ -43,7 +43,7 @@ class HivemindTransport(Transport):
         except _DialFailed as exc:
             # nothing was sent: once p2pd reaches the peer by its advertised addresses, send again
             if self.redial is None or not await self.redial(peer, deadline - time.monotonic(), exc.problem):
-                raise TransportError(peer, exc.problem) from None
+                raise
         return await self._request(peer, frames, max(deadline - time.monotonic(), 0.1), on_sent)
 
     async def _request(self, peer: str, frames: Sequence[bytes], timeout: float, on_sent: OnSent) -> bytes:
