@@ -13,7 +13,7 @@ import math
 import types
 import typing
 from functools import lru_cache
-from typing import Any
+from typing import Any, Callable
 
 from protocol.errors import FieldError
 
@@ -29,90 +29,132 @@ def to_plain(value: Any) -> Any:
     return value
 
 
-@lru_cache(maxsize=None)
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
 def from_plain(tp: Any, value: Any, path: str = "") -> Any:
     """Build an instance of `tp` from plain data, validating every field."""
-    where = path or "<root>"
+    return _decoder(tp)(value, path)
+
+
+# Decoders are built once per type hint: a peer decodes every message and each poll's schedule
+# with them, and inspecting the hints afresh each time was a tenth of a busy peer's CPU.
+@lru_cache(maxsize=None)
+def _decoder(tp: Any) -> Callable[[Any, str], Any]:
     if dataclasses.is_dataclass(tp):
-        return _dataclass_from_plain(tp, value, path)
+        return _dataclass_decoder(tp)
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        inner = [a for a in args if a is not type(None)]
+        inner = [a for a in typing.get_args(tp) if a is not type(None)]
         if len(inner) != 1:
             raise TypeError(f"unsupported union {tp!r}")
-        return from_plain(inner[0], value, path)
+        return _optional_decoder(type(None) in typing.get_args(tp), inner[0])
     if origin is tuple:
-        return _tuple_from_plain(tp, value, path)
+        return _tuple_decoder(tp)
     if isinstance(tp, type) and issubclass(tp, enum.IntEnum):
+        return _enum_decoder(tp)
+    try:
+        return _SCALARS[tp]
+    except (KeyError, TypeError):
+        pass
+
+    def unsupported(value: Any, path: str) -> Any:
+        raise TypeError(f"unsupported field type {tp!r} at {path or '<root>'}")
+    return unsupported
+
+
+def _optional_decoder(allows_none: bool, inner: Any) -> Callable[[Any, str], Any]:
+    def decode(value: Any, path: str) -> Any:
+        if value is None and allows_none:
+            return None
+        return _decoder(inner)(value, path)
+    return decode
+
+
+def _enum_decoder(tp: type) -> Callable[[Any, str], Any]:
+    def decode(value: Any, path: str) -> Any:
         if type(value) is not int:
-            raise FieldError(where, f"expected an integer code of {tp.__name__}, got {type(value).__name__}")
+            raise FieldError(path or "<root>", f"expected an integer code of {tp.__name__}, got {type(value).__name__}")
         try:
             return tp(value)
         except ValueError:
-            raise FieldError(where, f"unknown {tp.__name__} code {value}") from None
-    if tp is bool:
-        if type(value) is not bool:
-            raise FieldError(where, f"expected a boolean, got {type(value).__name__}")
+            raise FieldError(path or "<root>", f"unknown {tp.__name__} code {value}") from None
+    return decode
+
+
+def _exact(tp: type, what: str) -> Callable[[Any, str], Any]:
+    def decode(value: Any, path: str) -> Any:
+        if type(value) is not tp:
+            raise FieldError(path or "<root>", f"expected {what}, got {type(value).__name__}")
         return value
-    if tp is int:
-        if type(value) is not int:
-            raise FieldError(where, f"expected an integer, got {type(value).__name__}")
-        return value
-    if tp is float:
-        if type(value) not in (int, float):
-            raise FieldError(where, f"expected a number, got {type(value).__name__}")
-        try:
-            number = float(value)
-        except OverflowError:
-            raise FieldError(where, "number out of range") from None
-        if not math.isfinite(number):
-            raise FieldError(where, "must be finite")
-        return number
-    if tp is str:
-        if type(value) is not str:
-            raise FieldError(where, f"expected a string, got {type(value).__name__}")
-        return value
-    if tp is bytes:
-        if type(value) not in (bytes, bytearray):
-            raise FieldError(where, f"expected bytes, got {type(value).__name__}")
-        return bytes(value)
-    raise TypeError(f"unsupported field type {tp!r} at {where}")
+    return decode
 
 
-def _tuple_from_plain(tp: Any, value: Any, path: str) -> tuple:
-    where = path or "<root>"
-    if not isinstance(value, (list, tuple)):
-        raise FieldError(where, f"expected a list, got {type(value).__name__}")
-    args = typing.get_args(tp)
-    if len(args) == 2 and args[1] is Ellipsis:
-        return tuple(from_plain(args[0], v, f"{path}[{i}]") for i, v in enumerate(value))
-    if len(value) != len(args):
-        raise FieldError(where, f"expected {len(args)} items, got {len(value)}")
-    return tuple(from_plain(a, v, f"{path}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
-
-
-def _dataclass_from_plain(cls: type, value: Any, path: str) -> Any:
-    where = path or "<root>"
-    if not isinstance(value, dict):
-        raise FieldError(where, f"expected a map for {cls.__name__}, got {type(value).__name__}")
-    hints = _hints(cls)
-    kwargs = {}
-    for f in dataclasses.fields(cls):
-        sub = f"{path}.{f.name}" if path else f.name
-        if f.name in value:
-            kwargs[f.name] = from_plain(hints[f.name], value[f.name], sub)
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise FieldError(sub, "missing")
+def _float(value: Any, path: str) -> float:
+    if type(value) not in (int, float):
+        raise FieldError(path or "<root>", f"expected a number, got {type(value).__name__}")
     try:
-        return cls(**kwargs)
-    except FieldError as exc:  # raised by __post_init__ checks: prefix the path
-        raise FieldError(f"{path}.{exc.field}" if path else exc.field, exc.problem) from None
-    except (ValueError, TypeError) as exc:
-        raise FieldError(where, str(exc)) from None
+        number = float(value)
+    except OverflowError:
+        raise FieldError(path or "<root>", "number out of range") from None
+    if not math.isfinite(number):
+        raise FieldError(path or "<root>", "must be finite")
+    return number
+
+
+def _bytes(value: Any, path: str) -> bytes:
+    if type(value) not in (bytes, bytearray):
+        raise FieldError(path or "<root>", f"expected bytes, got {type(value).__name__}")
+    return bytes(value)
+
+
+_SCALARS: dict[Any, Callable[[Any, str], Any]] = {
+    bool: _exact(bool, "a boolean"), int: _exact(int, "an integer"), str: _exact(str, "a string"),
+    float: _float, bytes: _bytes}
+
+
+def _tuple_decoder(tp: Any) -> Callable[[Any, str], Any]:
+    args = typing.get_args(tp)
+
+    def check_list(value: Any, path: str) -> None:
+        if not isinstance(value, (list, tuple)):
+            raise FieldError(path or "<root>", f"expected a list, got {type(value).__name__}")
+
+    if len(args) == 2 and args[1] is Ellipsis:
+        item = args[0]
+
+        def decode_many(value: Any, path: str) -> tuple:
+            check_list(value, path)
+            one = _decoder(item)
+            return tuple(one(v, f"{path}[{i}]") for i, v in enumerate(value))
+        return decode_many
+
+    def decode_fixed(value: Any, path: str) -> tuple:
+        check_list(value, path)
+        if len(value) != len(args):
+            raise FieldError(path or "<root>", f"expected {len(args)} items, got {len(value)}")
+        return tuple(_decoder(a)(v, f"{path}[{i}]") for i, (a, v) in enumerate(zip(args, value)))
+    return decode_fixed
+
+
+def _dataclass_decoder(cls: type) -> Callable[[Any, str], Any]:
+    hints = typing.get_type_hints(cls)
+    # (name, hint, required): resolved at first use, so that a class may hold itself
+    fields = [(f.name, hints[f.name],
+               f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+              for f in dataclasses.fields(cls)]
+
+    def decode(value: Any, path: str) -> Any:
+        if not isinstance(value, dict):
+            raise FieldError(path or "<root>", f"expected a map for {cls.__name__}, got {type(value).__name__}")
+        kwargs = {}
+        for name, hint, required in fields:
+            sub = f"{path}.{name}" if path else name
+            if name in value:
+                kwargs[name] = _decoder(hint)(value[name], sub)
+            elif required:
+                raise FieldError(sub, "missing")
+        try:
+            return cls(**kwargs)
+        except FieldError as exc:  # raised by __post_init__ checks: prefix the path
+            raise FieldError(f"{path}.{exc.field}" if path else exc.field, exc.problem) from None
+        except (ValueError, TypeError) as exc:
+            raise FieldError(path or "<root>", str(exc)) from None
+    return decode

@@ -99,7 +99,9 @@ class Recovery:
             await asyncio.sleep(self.settings.heartbeat_s)
             last_round = self._discount_our_stall(last_round)
             try:
-                peers = self.watched()
+                # a peer that took a call of ours since the last round is alive: no ping
+                peers = [p for p in self.watched()
+                         if not self.health.answered_within((p,), self.settings.heartbeat_s)]
                 await asyncio.gather(*(self._ping(p) for p in peers))
                 await self._recover_suspects()
             except asyncio.CancelledError:

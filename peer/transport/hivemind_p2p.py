@@ -8,6 +8,7 @@ as chunk frames on the same stream.
 import asyncio
 import logging
 import time
+from functools import lru_cache
 from typing import Awaitable, Callable, Sequence
 
 from hivemind.p2p import P2P, PeerID
@@ -20,6 +21,12 @@ PROTOCOL_NAME = "skippipe.v1"
 ITEM_TIMEOUT_S = 30.0
 IDLE_TIMEOUT_S = 5.0     # a request stream that sends nothing for this long is cut (issue 24)
 DIAL_FAILED = "failed to dial"   # p2pd's words when no address of the peer answered
+
+
+@lru_cache(maxsize=4096)
+def _peer_id(peer: str) -> PeerID:
+    """hivemind's PeerID does base58 both ways in pure Python: once per peer, not per request."""
+    return PeerID.from_base58(peer)
 
 
 class _DialFailed(TransportError):
@@ -50,8 +57,7 @@ class HivemindTransport(Transport):
         writer = None
         try:
             async with asyncio.timeout(timeout):
-                _, reader, writer = await self.p2p.call_binary_stream_handler(
-                    PeerID.from_base58(peer), PROTOCOL_NAME)
+                _, reader, writer = await self.p2p.call_binary_stream_handler(_peer_id(peer), PROTOCOL_NAME)
                 for frame in frames:
                     await write_frame(writer, frame)
                 if on_sent is not None:

@@ -1,6 +1,7 @@
 """Choosing the organiser's spec or schedule among the values of one DHT key (issue 24): only
 SignedRecords (protocol/signing.py) that open under the pinned key count; without a pinned key,
 only when a single key signs them all (trust on first use)."""
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from protocol import codec
@@ -28,9 +29,7 @@ def open_signed(raw_values: list[bytes], kind: str, expected: type, pinned: str 
     refused = 0
     for raw in raw_values:
         try:
-            record = codec.decode(raw, expected=SignedRecord)
-            payload = verify(record, pinned or record.signer, kind)
-            found.append((codec.decode(payload, expected=expected), record.signer))
+            found.append(_open_one(raw, kind, expected, pinned))
         except ProtocolError:
             refused += 1
     if pinned is None and len({signer for _, signer in found}) > 1:
@@ -40,3 +39,23 @@ def open_signed(raw_values: list[bytes], kind: str, expected: type, pinned: str 
         return Opened(None, None, refused)
     best = max(range(len(found)), key=lambda i: (rank(found[i][0]), i))
     return Opened(found[best][0], found[best][1], refused)
+
+
+# Peers poll the schedule every few seconds and it rarely changes: a record already opened
+# (the same bytes, kind, type and key) is not verified and decoded again. Messages are frozen.
+_OPENED: OrderedDict[tuple, tuple[object, str]] = OrderedDict()
+_OPENED_MAX = 32
+
+
+def _open_one(raw: bytes, kind: str, expected: type, pinned: str | None) -> tuple[object, str]:
+    key = (bytes(raw), kind, expected, pinned)
+    if key in _OPENED:
+        _OPENED.move_to_end(key)
+        return _OPENED[key]
+    record = codec.decode(raw, expected=SignedRecord)
+    payload = verify(record, pinned or record.signer, kind)
+    opened = (codec.decode(payload, expected=expected), record.signer)
+    _OPENED[key] = opened
+    if len(_OPENED) > _OPENED_MAX:
+        _OPENED.popitem(last=False)
+    return opened

@@ -109,3 +109,20 @@ def test_unpinned_readers_trust_one_key_but_never_two():
     assert both.message is None and "--run NAME@KEY" in both.problem
     # an unsigned (pre-1.4) spec is not a signed record: refused, not trusted
     assert open_signed([codec.encode(SPEC)], "spec", RunSpec, None).message is None
+
+
+def test_a_record_read_again_is_not_verified_again_and_a_key_change_is_not_served_from_memory(monkeypatch):
+    import swarmcore.dht.signed_records as signed_records
+    calls = []
+    real_verify = signed_records.verify
+    monkeypatch.setattr(signed_records, "verify", lambda *a: calls.append(a) or real_verify(*a))
+    value = signed("schedule", schedule(11))
+    for _ in range(3):   # a peer's schedule polls: one signature check
+        assert open_signed([value], "schedule", Schedule, PINNED).message.epoch == 11
+    assert len(calls) == 1
+    # the same bytes under another pinned key are refused, not answered from what was opened
+    assert open_signed([value], "schedule", Schedule, public_key_text(MALLORY)).refused == 1
+    # one flipped byte of the signature: checked afresh, and refused
+    record = codec.decode(value, expected=SignedRecord)
+    flipped = dataclasses.replace(record, signature=bytes([record.signature[0] ^ 1]) + record.signature[1:])
+    assert open_signed([codec.encode(flipped)], "schedule", Schedule, PINNED).refused == 1
