@@ -43,6 +43,9 @@ from coordinator.swarm_view import BanList, NotPlannable, SwarmSnapshot, to_topo
 
 logger = logging.getLogger("skippipe.coordinator")
 DHT_SHUTDOWN_S = 1.5      # then hivemind terminates its DHT child: inside the 5 s a stop may take
+# the spec and the newest schedule are written again this often: a read visits only the nodes
+# nearest a key now (swarmcore/dht/records.py DHT_BEAM), which change as peers join and leave
+RESTORE_CONTROL_S = 20.0
 STORED_SCHEDULE_TRIES = 3          # a restarted coordinator's reads of the stored schedule
 STORED_SCHEDULE_RETRY_S = 2.0
 
@@ -224,15 +227,17 @@ class CoordinatorApp:
         logger.info("status page at %s (metrics at %smetrics)", http.url, http.url)
 
     async def _loop(self) -> None:
-        last_spec = time.monotonic()
+        last_restore = time.monotonic()
         while not self.stop.is_set() and not self.finished:
             try:
                 await self._tick()
             except Exception as exc:  # one bad round (DHT hiccup) must not end the run
                 logger.warning("coordinator round failed: %s", exc)
-            if time.monotonic() - last_spec > 60.0:
+            if time.monotonic() - last_restore > RESTORE_CONTROL_S:
                 await self.records.put_spec(self.spec)
-                last_spec = time.monotonic()
+                if self.schedule is not None:
+                    await self.records.put_schedule_record(self.schedule)
+                last_restore = time.monotonic()
             try:
                 await asyncio.wait_for(self.stop.wait(), timeout=self.config.poll_interval_s)
             except TimeoutError:

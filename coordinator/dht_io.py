@@ -51,6 +51,11 @@ class CoordinatorRecords(RunRecords):
             await self._store(ids.superseded_schedule_key(self.run),
                               sign("schedule", codec.encode(superseded), self.organiser),
                               SCHEDULE_TTL_S, subkey=self.owner_subkey)
+        return await self.put_schedule_record(schedule)
+
+    async def put_schedule_record(self, schedule: Schedule) -> bool:
+        """The schedule under its own key only; written again, the same bytes (Ed25519 signs
+        deterministically) land on the nodes nearest the key now."""
         record = sign("schedule", codec.encode(schedule), self.organiser)
         return await self._store(ids.schedule_key(self.run), record, SCHEDULE_TTL_S, subkey=self.owner_subkey)
 

@@ -19,6 +19,13 @@ from swarmcore.dht.subkey_records import decode_subkey_records, dht_values
 
 logger = logging.getLogger(__name__)
 DHT_TIMEOUT_S = 10.0
+# How many of the nodes nearest a key one read or write visits: hivemind's num_replicas (5), the
+# nodes a write lands on. hivemind's default beam is its bucket size (20), so in a swarm of fewer
+# nodes every read, and every write's search, asked all of them, and each answer carries the
+# key's whole dictionary (every peer's advert), which the asker validates record by record: in
+# the 12-peer geo swarm that was a third of the machine's CPU (bench note in docs/results.md).
+# What is written once and read for long (the spec, the schedule) the coordinator re-stores.
+DHT_BEAM = 5
 
 
 class RunRecords:
@@ -39,11 +46,11 @@ class RunRecords:
     async def _store(self, key: str, message: Any, ttl_s: float, subkey: bytes | None = None) -> bool:
         async with asyncio.timeout(DHT_TIMEOUT_S):
             return bool(await self.dht.store(key, codec.encode(message), time.time() + ttl_s,
-                                             subkey=subkey, return_future=True))
+                                             subkey=subkey, return_future=True, beam_size=DHT_BEAM))
 
     async def _get(self, key: str) -> Any:
         async with asyncio.timeout(DHT_TIMEOUT_S):
-            found = await self.dht.get(key, latest=True, return_future=True)
+            found = await self.dht.get(key, latest=True, return_future=True, beam_size=DHT_BEAM)
         return None if found is None else found.value
 
     async def _subkeys(self, key: str, expected: type) -> dict[str, Any]:
