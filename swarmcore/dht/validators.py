@@ -14,9 +14,9 @@ the coordinator's, so no node of the run stores what the others would refuse.
   so non-members cannot write any record of the run into members' nodes.
 Readers still check every record (swarmcore.dht.subkey_records), since a stranger's own node stores anything.
 
-Signature checks are cached (CachedSignatureValidator): every read of a key validates each
-record of every node that answers, and parsing the key and verifying the signature was most of
-a peer's DHT process CPU in a local swarm.
+Signature and schema checks are cached (CachedSignatureValidator, CachedSchemaValidator): every
+read of a key validates each record of every node that answers, and parsing the key, verifying
+the signature and then checking the schema were most of a peer's DHT process CPU in a local swarm.
 """
 import collections
 from typing import Dict, Optional
@@ -41,26 +41,55 @@ MAX_CONTROL_RECORD_BYTES = 4 * 1024 * 1024      # a schedule of a few hundred no
 SIGNATURE_CACHE_ENTRIES = 4096
 
 
-class CachedSignatureValidator(RSASignatureValidator):
-    """RSASignatureValidator that remembers its verdicts (bounded, least recently used first
-    out). A verdict depends only on the record's bytes (the owner key is in its key or subkey,
-    the signature in its value), so the same record always gets the same answer."""
+class _Verdicts:
+    """validate()'s verdicts remembered (bounded, least recently used first out), for validators
+    whose verdict depends only on the record's bytes."""
 
-    def __init__(self, private_key: RSAPrivateKey | None = None, entries: int = SIGNATURE_CACHE_ENTRIES):
-        super().__init__(private_key)
+    def _init_verdicts(self, entries: int) -> None:
         self.entries = entries
         self._verdicts: collections.OrderedDict[DHTRecord, bool] = collections.OrderedDict()
 
-    def validate(self, record: DHTRecord) -> bool:
+    def _remembered(self, record: DHTRecord, judge) -> bool:
         verdict = self._verdicts.get(record)
         if verdict is None:
-            verdict = super().validate(record)
+            verdict = judge(record)
             self._verdicts[record] = verdict
             if len(self._verdicts) > self.entries:
                 self._verdicts.popitem(last=False)
         else:
             self._verdicts.move_to_end(record)
         return verdict
+
+
+class CachedSignatureValidator(_Verdicts, RSASignatureValidator):
+    """RSASignatureValidator that remembers its verdicts. A verdict depends only on the record's
+    bytes (the owner key is in its key or subkey, the signature in its value)."""
+
+    def __init__(self, private_key: RSAPrivateKey | None = None, entries: int = SIGNATURE_CACHE_ENTRIES):
+        super().__init__(private_key)
+        self._init_verdicts(entries)
+
+    def validate(self, record: DHTRecord) -> bool:
+        return self._remembered(record, super().validate)
+
+
+class CachedSchemaValidator(_Verdicts, SchemaValidator):
+    """SchemaValidator that remembers its verdicts: checking a record against the pydantic
+    schema was the most of a peer's DHT process CPU after the signatures were cached. A verdict
+    depends on the record and the schemas; merging in another's schemas forgets them all."""
+
+    def __init__(self, schema: type, allow_extra_keys: bool = True, entries: int = SIGNATURE_CACHE_ENTRIES):
+        super().__init__(schema, allow_extra_keys=allow_extra_keys)
+        self._init_verdicts(entries)
+
+    def validate(self, record: DHTRecord) -> bool:
+        return self._remembered(record, super().validate)
+
+    def merge_with(self, other: RecordValidatorBase) -> bool:
+        merged = super().merge_with(other)
+        if merged:
+            self._verdicts.clear()
+        return merged
 
 
 def per_peer_keys(run: str) -> tuple[str, ...]:
@@ -117,7 +146,7 @@ def record_validators(run: str, private_key: RSAPrivateKey | None = None, join_k
     signer has a fresh key: enough for a node that writes no owned subkey (the coordinator).
     A private run (`admission`, or a `join_key` alone) adds the MemberValidator."""
     signer = CachedSignatureValidator(private_key)
-    validators: list[RecordValidatorBase] = [signer, SchemaValidator(record_schema(run), allow_extra_keys=True),
+    validators: list[RecordValidatorBase] = [signer, CachedSchemaValidator(record_schema(run), allow_extra_keys=True),
                                              ExpiryBound()]
     if admission is None and join_key is not None:
         admission = AdmissionRules(run, join_key)

@@ -55,3 +55,31 @@ def test_the_coordinator_installs_the_same_validators_as_the_peers():
     peer_kinds = [type(v) for v in record_validators("run", RSAPrivateKey(), b"secret")[1]]
     assert [type(v) for v in validators] == peer_kinds
     assert not any(isinstance(v, MemberValidator) for v in record_validators("run")[1])
+
+
+def test_schema_verdicts_match_hiveminds_and_repeats_are_not_checked_again(monkeypatch):
+    from hivemind.dht.protocol import DHTProtocol
+    from hivemind.dht.routing import DHTID
+    from hivemind.dht.schema import SchemaValidator
+
+    from protocol import ids
+    from swarmcore.dht.validators import MAX_RECORD_BYTES, CachedSchemaValidator, record_schema
+
+    owner = RSASignatureValidator(RSAPrivateKey())
+    key = DHTID.generate(source=ids.peers_key("run")).to_bytes()
+    dumps = DHTProtocol.serializer.dumps
+    good = DHTRecord(key, dumps(owner.local_public_key), dumps(b"advert"), 1e10)
+    oversized = DHTRecord(key, dumps(owner.local_public_key), dumps(b"x" * (MAX_RECORD_BYTES + 1)), 1e10)
+    unowned = DHTRecord(key, dumps(b"anyone"), dumps(b"advert"), 1e10)
+    plain = SchemaValidator(record_schema("run"), allow_extra_keys=True)
+    cached = CachedSchemaValidator(record_schema("run"), allow_extra_keys=True)
+    calls = []
+    real = SchemaValidator.validate
+    monkeypatch.setattr(SchemaValidator, "validate", lambda self, r: calls.append(r) or real(self, r))
+    for _ in range(3):
+        for record in (good, oversized, unowned):
+            assert cached.validate(record) == plain.validate(record)
+    assert [plain.validate(r) for r in (good, oversized, unowned)] == [True, False, False]
+    assert len(calls) == 3 + 3 * 3 + 3       # the cached one checked each record once
+    assert cached.merge_with(SchemaValidator(record_schema("other"))) and not cached._verdicts
+    assert isinstance(record_validators("run")[1][1], CachedSchemaValidator)
