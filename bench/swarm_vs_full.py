@@ -15,8 +15,8 @@ each microbatch rides its data node's pipeline of replicas (coordinator/planner/
 
 Defaults, and why: 6 stages, so that k = 1/3 skips 2 of 6 stages (with 5 a path keeps
 ceil(2/3 * 5) = 4 of them: only 1/5 skipped); 12 nodes (2 per stage). Latencies x1.5
-(--latency-scale): here every hop also pays ~60 ms of CPU-bound RPC and task overhead (12
-peer processes on 2 shared cores; coordinator/planner/costs.py LOCAL_SWARM_OVERHEADS), some 30x
+(--latency-scale): here every hop also pays ~30 ms of CPU-bound RPC and task overhead (12
+peer processes on 2 shared cores; coordinator/planner/costs.py LOCAL_SWARM_OVERHEADS), some 15x
 what a hop costs on dedicated machines, which would otherwise weigh as much as the geography.
 Bandwidths x0.02 (--bandwidth-scale): the tiny model's microbatch activation is 64 KiB (4 x 64
 tokens x 64 dims, float32), which the preset's 0.08-2 Gbit/s links carry in 0.3-7 ms, so links

@@ -55,16 +55,19 @@ class Overheads:
 # bench/swarm_vs_full.py runs (docs/results.md): a task's wall time averages 8-13 ms where the
 # peer benchmark predicts 1-2 ms of compute -> task_s 0.01; a real loopback RPC round trip
 # averages 20-30 ms for an activation (median 8-13 ms; 2 ms on an idle box, bench/swarm.py),
-# to which the emulator's timers and the hand-offs on a loaded event loop add: hop_s 0.06 is
-# the value that, with task_s fixed, best fits the mean iteration times measured in 2 runs x 2
-# strategies (all within 12%); the step plus gradient (un)flattening averages ~12 ms per ~60k parameters -> 2e-7;
+# to which the emulator's timers and the hand-offs on a loaded event loop add: hop_s 0.06 was
+# the value that, with task_s fixed, best fit the mean iteration times measured in 2 runs x 2
+# strategies (all within 12%). Refitted 2026-12-07 once the peers' DHT traffic, a third of the
+# box's CPU, was cut (swarmcore/dht/records.py DHT_BEAM): at 0.06 the six legs of a
+# bench/compression.py --repeats 3 run measured 10-19% faster than predicted, at 0.03 within
+# -1%..+9%; the step plus gradient (un)flattening averages ~12 ms per ~60k parameters -> 2e-7;
 # between the step and the next iteration's start (the schedule read, started when the iteration's
 # own work ends, peer/pipeline/schedule_book.py BoundaryRead; the origins' progress report goes out
 # in the background) stage-0 peers spent a median 4 ms (mean 0.15 s), the others a median 0.19 s
 # (mean 0.33 s: the read overlaps no exchange where a stage has one replica), in a 16-iteration
 # skippipe run -> 0.05 and 0.2. (Before the read overlapped and the report left the path: 0.12-0.35 s
 # and 0.06-0.17 s.)
-LOCAL_SWARM_OVERHEADS = Overheads(hop_s=0.06, task_s=0.01, step_s_per_param=2e-7, origin_gap_s=0.05, peer_gap_s=0.2)
+LOCAL_SWARM_OVERHEADS = Overheads(hop_s=0.03, task_s=0.01, step_s_per_param=2e-7, origin_gap_s=0.05, peer_gap_s=0.2)
 
 # Wire compression (issue 27), per byte of the float32 tensor: peer/compute/quantise.py on one
 # CPU thread of the dev box (load ~6.6 on its 2 cores) took 2.3e-9 (int8) and 3.1e-9 (int4) s a
