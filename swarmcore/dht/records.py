@@ -19,12 +19,15 @@ from swarmcore.dht.subkey_records import decode_subkey_records, dht_values
 
 logger = logging.getLogger(__name__)
 DHT_TIMEOUT_S = 10.0
-# How many of the nodes nearest a key one read or write visits: hivemind's num_replicas (5), the
-# nodes a write lands on. hivemind's default beam is its bucket size (20), so in a swarm of fewer
-# nodes every read, and every write's search, asked all of them, and each answer carries the
-# key's whole dictionary (every peer's advert), which the asker validates record by record: in
-# the 12-peer geo swarm that was a third of the machine's CPU (bench note in docs/results.md).
-# What is written once and read for long (the spec, the schedule) the coordinator re-stores.
+# How many of the nodes nearest a key a write, and a read of a single-writer record (the spec,
+# the schedule, the roster), visit: hivemind's num_replicas (5), the nodes a write lands on.
+# hivemind's default beam is its bucket size (20), so in a swarm of fewer nodes every read, and
+# every write's search, asked all of them, each answer carrying the key's whole dictionary,
+# validated record by record: a third of a 12-peer local swarm's CPU (docs/results.md). Reads of
+# the per-peer dictionaries (adverts, links, progress, spot checks) keep the wide beam: they
+# merge every peer's record from every node they visit, and one peer's write may have landed on
+# nodes a little off another's view of the nearest in a large swarm. The coordinator re-stores
+# the spec and the newest schedule, so they sit on the nodes nearest their keys now.
 DHT_BEAM = 5
 
 
@@ -48,14 +51,16 @@ class RunRecords:
             return bool(await self.dht.store(key, codec.encode(message), time.time() + ttl_s,
                                              subkey=subkey, return_future=True, beam_size=DHT_BEAM))
 
-    async def _get(self, key: str) -> Any:
+    async def _get(self, key: str, beam: int | None = DHT_BEAM) -> Any:
+        """The key's value, visiting `beam` of its nearest nodes (None: hivemind's default)."""
+        extra = {} if beam is None else {"beam_size": beam}
         async with asyncio.timeout(DHT_TIMEOUT_S):
-            found = await self.dht.get(key, latest=True, return_future=True, beam_size=DHT_BEAM)
+            found = await self.dht.get(key, latest=True, return_future=True, **extra)
         return None if found is None else found.value
 
     async def _subkeys(self, key: str, expected: type) -> dict[str, Any]:
         """Each peer's record under `key`, by peer id; only records its owner signed."""
-        value = await self._get(key)
+        value = await self._get(key, beam=None)
         records = {k: v.value for k, v in value.items()} if isinstance(value, dict) else {}
         decoded, problems = decode_subkey_records(records, expected, owner_of=peer_id_of_subkey)
         if problems:

@@ -1,11 +1,12 @@
-"""Every DHT read and write of the run's records visits the nodes nearest the key, not
+"""DHT writes, and reads of single-writer records, visit the nodes nearest the key, not
 hivemind's default of 20 (in a smaller swarm: every node, each answering with the key's whole
-dictionary). A write lands on hivemind's num_replicas nearest, so a read's beam must reach them."""
+dictionary); reads that merge every peer's record keep hivemind's wide beam."""
 import asyncio
 import inspect
 
 from hivemind.dht.node import DHTNode
 
+from protocol import ids
 from protocol.adverts import PeerAdvert, PeerState
 from swarmcore.dht.records import DHT_BEAM, RunRecords
 
@@ -20,25 +21,28 @@ class RecordingDHT:
         return future
 
     def store(self, key, value, expiration_time, subkey=None, return_future=False, **kwargs):
-        self.calls.append(("store", kwargs))
+        self.calls.append(("store", key, kwargs))
         return self._done(True)
 
     def get(self, key, latest=False, return_future=False, **kwargs):
-        self.calls.append(("get", dict(kwargs, latest=latest)))
+        self.calls.append(("get", key, dict(kwargs, latest=latest)))
         return self._done(None)
 
 
-def test_reads_and_writes_visit_the_nodes_a_write_lands_on_not_the_whole_swarm():
-    hivemind_replicas = inspect.signature(DHTNode.create).parameters["num_replicas"].default
-    hivemind_beam = inspect.signature(DHTNode.create).parameters["bucket_size"].default
-    assert hivemind_replicas <= DHT_BEAM < hivemind_beam
+def test_writes_and_single_writer_reads_visit_the_nodes_a_write_lands_on_and_merged_reads_stay_wide():
+    hivemind = inspect.signature(DHTNode.create).parameters
+    assert hivemind["num_replicas"].default <= DHT_BEAM < hivemind["bucket_size"].default
     dht = RecordingDHT()
     records = RunRecords(dht, "run-1")
+    advert = PeerAdvert("p", PeerState.ONLINE, "cpu", 0, 1e-3)
 
     async def exercise():
-        await records._store("skippipe/key", PeerAdvert("p", PeerState.ONLINE, "cpu", 0, 1e-3), ttl_s=10.0, subkey=b"s")
+        await records._store(ids.peers_key("run-1"), advert, ttl_s=10.0, subkey=b"s")
+        assert await records._get(ids.schedule_key("run-1")) is None
         assert await records.get_adverts() == {}
     asyncio.run(exercise())
-    assert [op for op, _ in dht.calls] == ["store", "get"]
-    assert all(kwargs["beam_size"] == DHT_BEAM for _, kwargs in dht.calls)
-    assert dht.calls[1][1]["latest"]   # dictionaries merge across every node the read visits
+    (store, _, stored), (get, _, single), (merged_get, key, merged) = dht.calls
+    assert (store, get, merged_get) == ("store", "get", "get") and key == ids.peers_key("run-1")
+    assert stored["beam_size"] == DHT_BEAM and single["beam_size"] == DHT_BEAM
+    assert "beam_size" not in merged                   # hivemind's default: every node within 20
+    assert single["latest"] and merged["latest"]       # dictionaries merge across the nodes visited
