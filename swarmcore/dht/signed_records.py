@@ -1,6 +1,7 @@
 """Choosing the organiser's spec or schedule among the values of one DHT key (issue 24): only
 SignedRecords (protocol/signing.py) that open under the pinned key count; without a pinned key,
 only when a single key signs them all (trust on first use)."""
+import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -42,13 +43,17 @@ def open_signed(raw_values: list[bytes], kind: str, expected: type, pinned: str 
 
 
 # Peers poll the schedule every few seconds and it rarely changes: a record already opened
-# (the same bytes, kind, type and key) is not verified and decoded again. Messages are frozen.
+# (the same bytes, by digest, and the same kind, type and key) is not verified and decoded
+# again. Messages are frozen. A few entries: a reader holds ~5 live records (spec, schedules,
+# roster), and a schedule of hundreds of nodes is megabytes.
 _OPENED: OrderedDict[tuple, tuple[object, str]] = OrderedDict()
-_OPENED_MAX = 32
+_OPENED_MAX = 8
 
 
 def _open_one(raw: bytes, kind: str, expected: type, pinned: str | None) -> tuple[object, str]:
-    key = (bytes(raw), kind, expected, pinned)
+    if not isinstance(raw, (bytes, bytearray)):     # anyone can store any msgpack value
+        codec.decode(raw, expected=SignedRecord)      # raises DecodeError
+    key = (hashlib.sha256(raw).digest(), kind, expected, pinned)
     if key in _OPENED:
         _OPENED.move_to_end(key)
         return _OPENED[key]

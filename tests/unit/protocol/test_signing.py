@@ -126,3 +126,10 @@ def test_a_record_read_again_is_not_verified_again_and_a_key_change_is_not_serve
     record = codec.decode(value, expected=SignedRecord)
     flipped = dataclasses.replace(record, signature=bytes([record.signature[0] ^ 1]) + record.signature[1:])
     assert open_signed([codec.encode(flipped)], "schedule", Schedule, PINNED).refused == 1
+
+
+def test_values_that_are_not_bytes_are_refused_not_raised():
+    # a DHT value is any msgpack value a stranger stored: an int, a list, a map
+    values = [7, ["a"], {"b": 1}, None, signed("schedule", schedule(3))]
+    opened = open_signed(values, "schedule", Schedule, PINNED)
+    assert opened.message.epoch == 3 and opened.refused == 4
