@@ -1,9 +1,8 @@
 """Choosing the organiser's spec or schedule among the values of one DHT key (issue 24): only
 SignedRecords (protocol/signing.py) that open under the pinned key count; without a pinned key,
 only when a single key signs them all (trust on first use)."""
-import hashlib
-from collections import OrderedDict
 from dataclasses import dataclass
+from functools import lru_cache
 
 from protocol import codec
 from protocol.errors import ProtocolError
@@ -42,25 +41,18 @@ def open_signed(raw_values: list[bytes], kind: str, expected: type, pinned: str 
     return Opened(found[best][0], found[best][1], refused)
 
 
-# Peers poll the schedule every few seconds and it rarely changes: a record already opened
-# (the same bytes, by digest, and the same kind, type and key) is not verified and decoded
-# again. Messages are frozen. A few entries: a reader holds ~5 live records (spec, schedules,
-# roster), and a schedule of hundreds of nodes is megabytes.
-_OPENED: OrderedDict[tuple, tuple[object, str]] = OrderedDict()
-_OPENED_MAX = 8
-
-
 def _open_one(raw: bytes, kind: str, expected: type, pinned: str | None) -> tuple[object, str]:
     if not isinstance(raw, (bytes, bytearray)):     # anyone can store any msgpack value
         codec.decode(raw, expected=SignedRecord)      # raises DecodeError
-    key = (hashlib.sha256(raw).digest(), kind, expected, pinned)
-    if key in _OPENED:
-        _OPENED.move_to_end(key)
-        return _OPENED[key]
+    return _open_bytes(bytes(raw), kind, expected, pinned)
+
+
+# Peers poll the schedule every few seconds and it rarely changes: a record already opened (the
+# same bytes, kind, type and key) is not verified and decoded again; refusals raise, so they are
+# never remembered. Messages are frozen. A few entries: a reader holds ~5 live records (spec,
+# schedules, roster), and a schedule of hundreds of nodes is megabytes.
+@lru_cache(maxsize=8)
+def _open_bytes(raw: bytes, kind: str, expected: type, pinned: str | None) -> tuple[object, str]:
     record = codec.decode(raw, expected=SignedRecord)
     payload = verify(record, pinned or record.signer, kind)
-    opened = (codec.decode(payload, expected=expected), record.signer)
-    _OPENED[key] = opened
-    if len(_OPENED) > _OPENED_MAX:
-        _OPENED.popitem(last=False)
-    return opened
+    return codec.decode(payload, expected=expected), record.signer

@@ -49,10 +49,10 @@ class _Verdicts:
         self.entries = entries
         self._verdicts: collections.OrderedDict[DHTRecord, bool] = collections.OrderedDict()
 
-    def _remembered(self, record: DHTRecord, judge) -> bool:
+    def validate(self, record: DHTRecord) -> bool:
         verdict = self._verdicts.get(record)
         if verdict is None:
-            verdict = judge(record)
+            verdict = super().validate(record)     # the validator this is mixed into
             self._verdicts[record] = verdict
             if len(self._verdicts) > self.entries:
                 self._verdicts.popitem(last=False)
@@ -69,9 +69,6 @@ class CachedSignatureValidator(_Verdicts, RSASignatureValidator):
         super().__init__(private_key)
         self._init_verdicts(entries)
 
-    def validate(self, record: DHTRecord) -> bool:
-        return self._remembered(record, super().validate)
-
 
 class CachedSchemaValidator(_Verdicts, SchemaValidator):
     """SchemaValidator that remembers its verdicts: checking a record against the pydantic
@@ -81,9 +78,6 @@ class CachedSchemaValidator(_Verdicts, SchemaValidator):
     def __init__(self, schema: type, allow_extra_keys: bool = True, entries: int = SIGNATURE_CACHE_ENTRIES):
         super().__init__(schema, allow_extra_keys=allow_extra_keys)
         self._init_verdicts(entries)
-
-    def validate(self, record: DHTRecord) -> bool:
-        return self._remembered(record, super().validate)
 
     def merge_with(self, other: RecordValidatorBase) -> bool:
         merged = super().merge_with(other)
