@@ -20,10 +20,12 @@ same tokens; the held-out loss of the trained model with all stages in order.
 The jitter codec is a control: floats off by ~1e-5 (bench/support/wire_jitter.py),
 far closer to exact than any codec; the tiny model's held-out loss moves with it about as much as with
 int8 (chaos), which says how much of a codec's figure is the codec.
-Last line: RESULT ratio=<auto/off measured> ratio_min=.. ratio_max=.. (over the pairs) loss_off=.. loss_int8=.. loss_int4=.. loss_jitter=.. ...
+Last line: RESULT ratio=<auto/off measured> ratio_min=.. ratio_max=.. (over the pairs) loss_off=.. loss_int8=.. loss_int4=.. loss_jitter=..
+int8_pct_se=.. int4_pct_se=.. (the standard error of the per-seed % against off) ...
 """
 import argparse
 import contextlib
+import math
 import os
 import statistics
 import sys
@@ -121,6 +123,7 @@ def convergence(args, folder: Path) -> dict:
     if len({r["tokens"] for rs in runs.values() for r in rs}) != 1:
         raise SystemExit("the convergence runs saw different numbers of tokens")
     loss = {c: sum(r["held_out_loss"] for r in rs) / len(rs) for c, rs in runs.items()}
+    spread = {}
     for c, rs in runs.items():
         quantised = sum(r["sent"]["int8"] + r["sent"]["int4"] for r in rs)
         total = quantised + sum(r["sent"]["off"] for r in rs)
@@ -128,11 +131,23 @@ def convergence(args, folder: Path) -> dict:
         print(f"wire {c}: held-out loss {loss[c]:.4f} (seeds: {each}; "
               f"{100 * (loss[c] / loss['off'] - 1):+.2f}% vs off), {quantised} of {total} tensors sent quantised",
               flush=True)
+        if c != "off":
+            spread[c] = paired_pct(runs["off"], rs)
+            print(f"wire {c}: per seed vs off {' '.join(f'{x:+.1f}%' for x in spread[c]['each'])}; their mean "
+                  f"{spread[c]['mean']:+.2f}%, standard error {spread[c]['se']:.2f}% over {len(rs)} seeds", flush=True)
     print("targets: int8 within 1%, int4 within 3% of off", flush=True)
     if CONTROL in loss:
         for c in set(loss) & set(CODECS[1:]):
             print(f"wire {c} vs the {CONTROL} control: {100 * (loss[c] / loss[CONTROL] - 1):+.2f}%", flush=True)
-    return loss | {"tokens": runs["off"][0]["tokens"]}
+    return loss | {"tokens": runs["off"][0]["tokens"]} | {f"{c}_se": v["se"] for c, v in spread.items()}
+
+
+def paired_pct(off: list[dict], other: list[dict]) -> dict:
+    """Each seed's held-out loss against the floats run of the same seed (%), their mean and its
+    standard error: how far a mean over these seeds can be trusted (the seeds spread by several %)."""
+    each = [100 * (o["held_out_loss"] / f["held_out_loss"] - 1) for f, o in zip(off, other)]
+    se = statistics.stdev(each) / math.sqrt(len(each)) if len(each) > 1 else math.nan
+    return {"each": each, "mean": statistics.mean(each), "se": se}
 
 
 def main() -> int:
@@ -152,7 +167,8 @@ def main() -> int:
     print(f"RESULT ratio={fmt(fast.get('ratio'), '.3f')} ratio_min={fmt(fast.get('ratio_min'), '.3f')} "
           f"ratio_max={fmt(fast.get('ratio_max'), '.3f')} loss_off={fmt(loss.get('off'))} "
           f"loss_int8={fmt(loss.get('int8'))} loss_int4={fmt(loss.get('int4'))} "
-          f"loss_{CONTROL}={fmt(loss.get(CONTROL))} "
+          f"loss_{CONTROL}={fmt(loss.get(CONTROL))} int8_pct_se={fmt(loss.get('int8_se'), '.2f')} "
+          f"int4_pct_se={fmt(loss.get('int4_se'), '.2f')} "
           f"off_s={fmt(fast.get('off_s'), '.3f')} auto_s={fmt(fast.get('auto_s'), '.3f')} "
           f"sim_ratio={fmt(fast.get('sim_ratio'), '.3f')} lost={fast.get('lost', 0)} "
           f"tokens={loss.get('tokens', 0)} load_start={load[0]:.1f} load_end={end[0]:.1f}", flush=True)

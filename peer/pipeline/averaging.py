@@ -323,7 +323,11 @@ class GradientExchange:
         poisoned = await seat.compute(outliers, {p: (c.vector, c.samples) for p, c in contributions.items()},
                                       self.me)
         kept = {p: c for p, c in contributions.items() if p not in poisoned}
-        if poisoned and not kept:
+        # two replicas' finite shares far apart: neither can tell which is wrong (robust_shares)
+        tie = not kept and len(contributions) == 2 and all(
+            math.isfinite(per_sample_norm(c.vector, c.samples)) for c in contributions.values())
+        skipped = bool(poisoned) and not kept
+        if skipped:
             logger.warning("iteration %d: the two replicas' gradient shares differ over %gx per sample and "
                            "neither can tell which is wrong: both leave out both, this stage skips the step",
                            i, OUTLIER_FACTOR)
@@ -333,11 +337,11 @@ class GradientExchange:
                            "replicas' typical one (a broken or poisoned replica)", i,
                            [p[:12] for p in sorted(poisoned)], OUTLIER_FACTOR)
         self.left_out.update(poisoned)
-        self._ban_repeated(schedule, i, contributions, poisoned)
+        self._ban_repeated(schedule, i, contributions, poisoned, tie)
         result = combine(kept, [self.me, *others])
         # a replica still silent after we averaged without it is not waited for again
         self.unanswered = set(result.missing) - set(got)
-        if result.missing:
+        if result.missing and not skipped:     # (a skipped step has said why)
             logger.warning("iteration %d: no gradients from replica(s) %s; averaging without them",
                            i, [p[:12] for p in result.missing])
         seat.stepping = True       # the parameters change: a state request waits (StateDonor)
@@ -350,15 +354,14 @@ class GradientExchange:
         logger.debug("iteration %d stage %d step: %s", i, seat.stage, stats)
 
     def _ban_repeated(self, schedule: Schedule, i: int, contributions: dict[str, Contribution],
-                      poisoned: set[str]) -> None:
+                      poisoned: set[str], tie: bool) -> None:
         """LeftOutRule over the other replicas whose shares came; report those banned now."""
         senders = set(contributions) - {self.me}
-        for peer in sorted(self.bans.observe(senders, poisoned & senders)):
+        for peer in sorted(self.bans.observe(senders, poisoned & senders, tie)):
             own = per_sample_norm(contributions[self.me].vector, contributions[self.me].samples)
             theirs = per_sample_norm(contributions[peer].vector, contributions[peer].samples)
             ratio = theirs / own if own > 0 and math.isfinite(theirs) else 1e300
-            logger.warning("replica %s is banned here: its gradient share was left out in %d of its last %d "
-                           "exchanges (now %.3g times our per-sample norm); its shares are no longer taken",
-                           peer, self.bans.threshold, self.bans.window, ratio)
+            logger.warning("replica %s is banned here: %s (now %.3g times our per-sample norm); its shares are "
+                           "no longer taken", peer, self.bans.record(peer), ratio)
             self.report(SpotCheckReport(peer, self.me, schedule.epoch, i, 0, self.seat.stage, ratio, False,
                                         kind="share"))

@@ -61,3 +61,25 @@ def test_left_out_in_two_of_the_last_three_exchanges_bans():
         assert spread.observe({"c"}, {"c"} if i % 3 == 0 else set()) == set()
     absent = LeftOutRule()                                       # a replica whose share did not come
     assert absent.observe(set(), {"d"}) == set() and absent.observe(set(), {"d"}) == set()
+
+
+def test_ties_ban_only_when_they_keep_coming():
+    """Two replicas' ties (both shares left out) are judged alike on both sides, so a tie ban is
+    mutual: it takes TIE_THRESHOLD of the last TIE_WINDOW, and a tie never counts toward 2 of 3."""
+    from peer.pipeline.robust_shares import TIE_THRESHOLD, TIE_WINDOW, LeftOutRule
+    cluster = LeftOutRule()                              # honest spikes: clusters of ties, then calm
+    pattern = [True, True, False, True] + [False] * (TIE_WINDOW - 3) + [True, False, True, True]
+    for tied in pattern:
+        assert cluster.observe({"b"}, {"b"} if tied else set(), tie=tied) == set()
+    assert cluster.banned == set()
+    run = LeftOutRule()                                  # a poisoner: every exchange a tie
+    for i in range(TIE_THRESHOLD - 1):
+        assert run.observe({"b"}, {"b"}, tie=True) == set()
+    assert run.observe({"b"}, {"b"}, tie=True) == {"b"} and f"{TIE_THRESHOLD} of its last" in run.record("b")
+    spread = LeftOutRule()                               # ... or one that spreads them out
+    banned_at = [i for i in range(4 * TIE_WINDOW) if spread.observe({"b"}, {"b"} if i % 2 == 0 else set(),
+                                                                   tie=i % 2 == 0)]
+    assert banned_at == [2 * (TIE_THRESHOLD - 1)]
+    mixed = LeftOutRule()                                # a majority's verdicts still ban at 2 of 3
+    assert mixed.observe({"b", "c"}, {"b"}, tie=False) == set()
+    assert mixed.observe({"b", "c"}, {"b"}, tie=False) == {"b"} and "2 of its last 3" in mixed.record("b")
