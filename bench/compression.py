@@ -77,6 +77,8 @@ def parse_args() -> argparse.Namespace:
     g.add_argument("--skip-convergence", action="store_true", help="only the speed part")
     p.add_argument("--keep", type=Path, help="keep topology, summaries, logs and checkpoints in this folder")
     args = p.parse_args()
+    if args.conv_first_seed < 0 or args.conv_seeds < 1:
+        p.error("--conv-first-seed must be >= 0 and --conv-seeds >= 1")
     args.conv_codecs = tuple(args.conv_codecs.split(","))
     if args.conv_codecs[0] != "off" or not set(args.conv_codecs) <= set(CODECS + (CONTROL,)):
         p.error(f"--conv-codecs: off first, then some of {CODECS[1:] + (CONTROL,)}")

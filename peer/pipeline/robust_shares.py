@@ -64,10 +64,10 @@ class LeftOutRule:
     A tie (two replicas, both shares left out: neither can tell which is wrong) counts apart:
     `tie_threshold` of the last `tie_window` exchanges (4 of 8) ban. Both sides judge a tie alike,
     so its ban is mutual: an honest pair that banned each other averaged alone from then on and
-    parted ways for good. Honest loss spikes come in short clusters early in training (two ties
-    within three exchanges under 2 of 3 cost a pair that in 3 of 16 int4 convergence runs:
-    held-out loss +8%, +16%, +22%; in those runs no stage had more than 3 ties in 8 exchanges
-    otherwise); a poisoner is banned after 4 skipped steps, during which the replicas stay
+    parted ways for good. Honest loss spikes come in short clusters early in training: under 2 of
+    3, two ties within three exchanges cost a pair that in 3 of 16 int4 convergence runs (held-out
+    loss +8%, +16%, +22%); with this rule, 32 runs of the same seeds had at most two ties each
+    (docs/results.md). A poisoner is banned after 4 skipped steps, during which the replicas stay
     identical, and can deny at most 3 of every 8 steps without being banned (docs/security.md)."""
 
     def __init__(self, window: int = 3, threshold: int = 2, tie_window: int = TIE_WINDOW,
