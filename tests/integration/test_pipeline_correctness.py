@@ -85,6 +85,7 @@ def test_replicas_average_to_identical_parameters(share_dtype):
 
 THREE_REPLICAS = ({"a0": 0, "a1": 1, "b1": 1, "c1": 1},
                   {0: ["a0", "a1"], 1: ["a0", "b1"], 2: ["a0", "c1"], 3: ["a0", "a1"]})
+TWO_REPLICAS = ({"a0": 0, "b1": 1, "c1": 1}, {0: ["a0", "b1"], 1: ["a0", "c1"]})
 
 
 def run_with_a_poisoning_replica(spec: m.RunSpec, timeout: float, layout=THREE_REPLICAS,
@@ -139,14 +140,11 @@ def test_two_replicas_far_apart_in_gradient_both_skip_the_step_and_stay_identica
     assert torch.equal(b1.seat.runner.parameter_vector(), c1.seat.runner.parameter_vector())
 
 
-TWO_REPLICAS = ({"a0": 0, "b1": 1, "c1": 1}, {0: ["a0", "b1"], 1: ["a0", "c1"]})
-
-
 def test_two_honest_replicas_keep_each_other_through_a_cluster_of_loss_spikes():
     """A loss spike on one of two replicas is a tie (both skip the step). Spikes come in clusters
     early in training: two ties in three exchanges made each ban the other, and from then on each
     averaged alone: the pair parted ways for good (held-out loss +16% and +22% in two of eight
-    int4 convergence runs). Short of a run of ties, no ban: they stay identical and train on."""
+    int4 convergence runs). Short of 4 ties in 8 exchanges, no ban: they stay identical and train on."""
     spec = m.RunSpec(**{**SPEC.__dict__, "num_stages": 2, "max_steps": 6})
     workers = run_with_a_poisoning_replica(spec, 90.0, TWO_REPLICAS, poisons=lambda i: i in (1, 3))
     b1, c1 = workers["b1"], workers["c1"]
