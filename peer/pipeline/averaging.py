@@ -323,14 +323,17 @@ class GradientExchange:
         poisoned = await seat.compute(outliers, {p: (c.vector, c.samples) for p, c in contributions.items()},
                                       self.me)
         kept = {p: c for p, c in contributions.items() if p not in poisoned}
-        # two replicas' finite shares far apart: neither can tell which is wrong (robust_shares)
-        tie = not kept and len(contributions) == 2 and all(
-            math.isfinite(per_sample_norm(c.vector, c.samples)) for c in contributions.values())
-        skipped = bool(poisoned) and not kept
-        if skipped:
-            logger.warning("iteration %d: the two replicas' gradient shares differ over %gx per sample and "
-                           "neither can tell which is wrong: both leave out both, this stage skips the step",
-                           i, OUTLIER_FACTOR)
+        # two replicas, both shares left out: neither can judge the other (robust_shares), so a
+        # tie counts apart towards a ban (LeftOutRule), and so does a pair of broken shares
+        tie = not kept and len(contributions) == 2
+        if tie:
+            logger.warning("iteration %d: the two replicas' gradient shares differ over %gx per sample (or "
+                           "neither is finite) and neither can tell which is wrong: both leave out both, this "
+                           "stage skips the step", i, OUTLIER_FACTOR)
+        elif poisoned and not kept:
+            logger.warning("iteration %d: every gradient share was left out, ours included: this stage skips "
+                           "the step", i)
+        if not kept:
             kept = {self.me: Contribution(torch.zeros_like(pending.mine.vector), 0, 0.0)}
         elif poisoned:
             logger.warning("iteration %d: left out the gradient share(s) of %s: per-sample norm over %gx the "
@@ -341,9 +344,10 @@ class GradientExchange:
         result = combine(kept, [self.me, *others])
         # a replica still silent after we averaged without it is not waited for again
         self.unanswered = set(result.missing) - set(got)
-        if result.missing and not skipped:     # (a skipped step has said why)
+        absent = [p for p in result.missing if p not in contributions]   # (left-out ones: said above)
+        if absent:
             logger.warning("iteration %d: no gradients from replica(s) %s; averaging without them",
-                           i, [p[:12] for p in result.missing])
+                           i, [p[:12] for p in absent])
         seat.stepping = True       # the parameters change: a state request waits (StateDonor)
         try:
             await seat.compute(r.set_grad_vector, result.vector, result.samples)
@@ -362,6 +366,6 @@ class GradientExchange:
             theirs = per_sample_norm(contributions[peer].vector, contributions[peer].samples)
             ratio = theirs / own if own > 0 and math.isfinite(theirs) else 1e300
             logger.warning("replica %s is banned here: %s (now %.3g times our per-sample norm); its shares are "
-                           "no longer taken", peer, self.bans.record(peer), ratio)
+                           "no longer taken", peer, self.bans.reason(peer), ratio)
             self.report(SpotCheckReport(peer, self.me, schedule.epoch, i, 0, self.seat.stage, ratio, False,
                                         kind="share"))

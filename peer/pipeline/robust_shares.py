@@ -74,7 +74,7 @@ class LeftOutRule:
                  tie_threshold: int = TIE_THRESHOLD):
         self.window, self.threshold = window, threshold
         self.tie_window, self.tie_threshold = tie_window, tie_threshold
-        self._history: dict[str, list[bool]] = {}
+        self._left_out: dict[str, list[bool]] = {}
         self._ties: dict[str, list[bool]] = {}
         self.banned: set[str] = set()
 
@@ -83,18 +83,18 @@ class LeftOutRule:
         ours was too, by the two-replica rule). Returns the senders banned just now."""
         newly = set()
         for peer in senders - self.banned:
-            for history, value, keep in ((self._history, peer in left_out and not tie, self.window),
+            for history, value, keep in ((self._left_out, peer in left_out and not tie, self.window),
                                          (self._ties, peer in left_out and tie, self.tie_window)):
                 history.setdefault(peer, []).append(value)
                 del history[peer][:-keep]
-            if sum(self._history[peer]) >= self.threshold or sum(self._ties[peer]) >= self.tie_threshold:
+            if sum(self._left_out[peer]) >= self.threshold or sum(self._ties[peer]) >= self.tie_threshold:
                 self.banned.add(peer)
                 newly.add(peer)
         return newly
 
-    def record(self, peer: str) -> str:
+    def reason(self, peer: str) -> str:
         """What banned `peer`, for the log."""
         if sum(self._ties.get(peer, ())) >= self.tie_threshold:
             return (f"both shares were left out in {self.tie_threshold} of its last {self.tie_window} exchanges "
-                    "(two replicas: a tie)")
+                    "(two replicas: ties; it bans us alike, and the two train apart from now on)")
         return f"its gradient share was left out in {self.threshold} of its last {self.window} exchanges"

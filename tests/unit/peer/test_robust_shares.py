@@ -75,11 +75,11 @@ def test_ties_ban_only_when_they_keep_coming():
     run = LeftOutRule()                                  # a poisoner: every exchange a tie
     for i in range(TIE_THRESHOLD - 1):
         assert run.observe({"b"}, {"b"}, tie=True) == set()
-    assert run.observe({"b"}, {"b"}, tie=True) == {"b"} and f"{TIE_THRESHOLD} of its last" in run.record("b")
+    assert run.observe({"b"}, {"b"}, tie=True) == {"b"} and f"{TIE_THRESHOLD} of its last" in run.reason("b")
     spread = LeftOutRule()                               # ... or one that spreads them out
     banned_at = [i for i in range(4 * TIE_WINDOW) if spread.observe({"b"}, {"b"} if i % 2 == 0 else set(),
                                                                    tie=i % 2 == 0)]
     assert banned_at == [2 * (TIE_THRESHOLD - 1)]
     mixed = LeftOutRule()                                # a majority's verdicts still ban at 2 of 3
     assert mixed.observe({"b", "c"}, {"b"}, tie=False) == set()
-    assert mixed.observe({"b", "c"}, {"b"}, tie=False) == {"b"} and "2 of its last 3" in mixed.record("b")
+    assert mixed.observe({"b", "c"}, {"b"}, tie=False) == {"b"} and "2 of its last 3" in mixed.reason("b")
