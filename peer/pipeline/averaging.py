@@ -326,14 +326,14 @@ class GradientExchange:
         # two replicas, both shares left out: neither can judge the other (robust_shares), so a
         # tie counts apart towards a ban (LeftOutRule), and so does a pair of broken shares
         tie = not kept and len(contributions) == 2
-        if tie:
-            logger.warning("iteration %d: the two replicas' gradient shares differ over %gx per sample (or "
-                           "neither is finite) and neither can tell which is wrong: both leave out both, this "
-                           "stage skips the step", i, OUTLIER_FACTOR)
-        elif poisoned and not kept:
-            logger.warning("iteration %d: every gradient share was left out, ours included: this stage skips "
-                           "the step", i)
-        if not kept:
+        if not kept:                # (ours is among the contributions: so something was left out)
+            if tie:
+                logger.warning("iteration %d: the two replicas' gradient shares differ over %gx per sample (or "
+                               "neither is finite) and neither can tell which is wrong: both leave out both, "
+                               "this stage skips the step", i, OUTLIER_FACTOR)
+            else:
+                logger.warning("iteration %d: every gradient share was left out, ours included: this stage "
+                               "skips the step", i)
             kept = {self.me: Contribution(torch.zeros_like(pending.mine.vector), 0, 0.0)}
         elif poisoned:
             logger.warning("iteration %d: left out the gradient share(s) of %s: per-sample norm over %gx the "

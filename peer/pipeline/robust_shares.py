@@ -83,11 +83,9 @@ class LeftOutRule:
         ours was too, by the two-replica rule). Returns the senders banned just now."""
         newly = set()
         for peer in senders - self.banned:
-            for history, value, keep in ((self._left_out, peer in left_out and not tie, self.window),
-                                         (self._ties, peer in left_out and tie, self.tie_window)):
-                history.setdefault(peer, []).append(value)
-                del history[peer][:-keep]
-            if sum(self._left_out[peer]) >= self.threshold or sum(self._ties[peer]) >= self.tie_threshold:
+            out = _push(self._left_out, peer, peer in left_out and not tie, self.window)
+            ties = _push(self._ties, peer, peer in left_out and tie, self.tie_window)
+            if out >= self.threshold or ties >= self.tie_threshold:
                 self.banned.add(peer)
                 newly.add(peer)
         return newly
@@ -98,3 +96,11 @@ class LeftOutRule:
             return (f"both shares were left out in {self.tie_threshold} of its last {self.tie_window} exchanges "
                     "(two replicas: ties; it bans us alike, and the two train apart from now on)")
         return f"its gradient share was left out in {self.threshold} of its last {self.window} exchanges"
+
+
+def _push(histories: dict[str, list[bool]], peer: str, value: bool, keep: int) -> int:
+    """Append to `peer`'s last `keep` verdicts; how many of them are True."""
+    history = histories.setdefault(peer, [])
+    history.append(value)
+    del history[:-keep]
+    return sum(history)
