@@ -9,9 +9,12 @@ float summation order (and that the first tensors to each peer are quantised too
 names what the forward activations and the backward gradients go through, and on which hops:
 
   int8, int4          per 64 values, to nearest (forward) / stochastic (backward), as sent: int8
-                      absmax both ways, int4 min/max blocks forward and absmax back
-  int4_absmax         int4 with absmax blocks forward too (as peers sent it before protocol 1.11)
-  int4_fwd            int4 (min/max) on the activations only; int4_fwd_absmax: absmax;
+                      absmax both ways, int4 min/max blocks forward and absmax back; in channel
+                      blocks (64 tokens of one channel, protocol 1.12) both ways
+  int4_rows           int4 in blocks along a token (as peers sent it before protocol 1.12);
+                      int4_rows_back: channel blocks forward, rows back
+  int4_absmax         int4 with absmax blocks forward too, in rows (as sent before protocol 1.11)
+  int4_fwd            int4 (min/max, channel blocks) on the activations only; int4_fwd_absmax: absmax rows;
   int4_head, int4_body  absmax int4 activations on the hop into the head only / on every hop
                       but that one; int4_fwd_sr: absmax with stochastic rounding forward too
   jitter              floats off by ~1e-5 (the chaos control, bench/support/wire_jitter.py)
@@ -23,7 +26,7 @@ names what the forward activations and the backward gradients go through, and on
 
 Also prints the relative squared error of int4 layouts on trained activations (--mse).
 
-  python bench/codec_study.py [--variants off,int8,int4] [--seeds 1] [--steps 120] [--mse]
+  python bench/codec_study.py [--variants off,int8,int4] [--seeds 1] [--first-seed 0] [--steps 120] [--mse]
 Last line: RESULT loss_<variant>=... (means over the seeds) load_start=.. load_end=..
 """
 import argparse
@@ -49,9 +52,9 @@ from peer.pipeline.share_codec import encode_share  # noqa: E402
 STAGES, SAMPLES, SEQ = 5, 8, 64
 
 
-def codec(name: str, stochastic: bool = False, offsets: bool = False):
+def codec(name: str, stochastic: bool = False, offsets: bool = False, channels: bool = False):
     gen = torch.Generator().manual_seed(0) if stochastic else None
-    return lambda x: quantise(x, name, 64, gen, offsets)[2]
+    return lambda x: quantise(x, name, 64, gen, offsets, channels)[2]
 
 
 def everywhere(j, n):
@@ -61,10 +64,12 @@ def everywhere(j, n):
 VARIANTS = {   # name: (forward, backward, which hops: f(hop index, hops))
     "off": (None, None, everywhere),
     "jitter": (jitter, jitter, everywhere),
-    "int8": (codec("int8"), codec("int8", True), everywhere),
-    "int4": (codec("int4", offsets=True), codec("int4", True), everywhere),
+    "int8": (codec("int8", channels=True), codec("int8", True, channels=True), everywhere),
+    "int4": (codec("int4", offsets=True, channels=True), codec("int4", True, channels=True), everywhere),
+    "int4_rows": (codec("int4", offsets=True), codec("int4", True), everywhere),
+    "int4_rows_back": (codec("int4", offsets=True, channels=True), codec("int4", True), everywhere),
     "int4_absmax": (codec("int4"), codec("int4", True), everywhere),
-    "int4_fwd": (codec("int4", offsets=True), None, everywhere),
+    "int4_fwd": (codec("int4", offsets=True, channels=True), None, everywhere),
     "int4_fwd_absmax": (codec("int4"), None, everywhere),
     "int4_head": (codec("int4"), None, lambda j, n: j == n - 1),
     "int4_body": (codec("int4"), None, lambda j, n: j < n - 1),
@@ -120,13 +125,16 @@ def microbatch(stages, tokens, targets, route, variant, seen=None):
     (stages[0].head_loss(h, targets) * SAMPLES).backward()
 
 
-def step(stages, opts, acc, cfg, it, samples):
+def step(stages, opts, acc, cfg, it, samples, counts=None):
     """Every replica's share through the int8 share codec, summed, normalised, clipped, AdamW."""
     for s, (module, opt) in enumerate(zip(stages, opts)):
-        shares = [encode_share(v, "int8")[2] for (stage, _), v in acc.items() if stage == s]
-        if not shares:         # a delayed stage's first iteration: no update in flight yet
+        mine = {peer: encode_share(v, "int8")[2] for (stage, peer), v in acc.items() if stage == s}
+        if not mine:         # a delayed stage's first iteration: no update in flight yet
             continue
-        total, offset = sum(shares), 0
+        # normalised by the samples this stage's replicas trained, as peers do (a delayed
+        # stage's shares come without counts: the iteration's samples)
+        total, offset = sum(mine.values()), 0
+        samples = sum(counts[(s, peer)] for peer in mine) if counts else samples
         for p in module.parameters():
             p.grad = total[offset:offset + p.numel()].view_as(p) / samples
             offset += p.numel()
@@ -151,12 +159,13 @@ def train(seed: int, variant: str, steps: int, seen=None) -> float:
     delayed, in_flight, before = DELAYED_STAGES.get(variant, set()), {}, {}
     alpha = EXTRAPOLATE.get(variant, 0.0)
     for it in range(steps):
-        acc = {}
+        acc, counts = {}, {}
         for shard, local, route, peers in routes:
             tokens, targets = shards[shard].batch(seed=seed, iteration=it, microbatch=local, samples=SAMPLES,
                                                   seq_len=SEQ)
             microbatch(stages, tokens, targets, route, variant, seen if it == steps - 1 else None)
             for s, peer in zip(route, peers):      # this replica's share of its stage's gradient
+                counts[(s, peer)] = counts.get((s, peer), 0) + SAMPLES
                 vec = torch.cat([p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel())
                                  for p in stages[s].parameters()])
                 acc[(s, peer)] = acc.get((s, peer), 0) + vec
@@ -166,7 +175,7 @@ def train(seed: int, variant: str, steps: int, seen=None) -> float:
         # the delayed stages' shares of the iteration before (extrapolated one on, if the variant says so)
         now.update(extrapolated(in_flight, before, alpha) if alpha else in_flight)
         before, in_flight = in_flight, {k: v for k, v in acc.items() if k[0] in delayed}
-        step(stages, opts, now, cfg, it, SAMPLES * len(routes))
+        step(stages, opts, now, cfg, it, SAMPLES * len(routes), counts if not delayed else None)
     if in_flight:           # as peers flush at the run's end: every update applied
         step(stages, opts, in_flight, cfg, steps, SAMPLES * len(routes))
     held_out = list(held.eval_batches(samples=8, seq_len=SEQ, max_batches=16))
@@ -184,7 +193,7 @@ def asymmetric_int4(x: torch.Tensor, block: int = 64) -> torch.Tensor:
 def mse_table(seen: list[torch.Tensor]) -> None:
     x = torch.stack(seen)
     layouts = {"absmax64": lambda t: quantise(t, "int4", 64)[2], "absmax16": lambda t: quantise(t, "int4", 16)[2],
-               "asymmetric64": asymmetric_int4}
+               "asymmetric64": asymmetric_int4, "minmax64_channels": lambda t: quantise(t, "int4", 64, None, True, True)[2]}
     print(f"trained activations: rms {float(x.pow(2).mean().sqrt()):.3f}, absmax {float(x.abs().max()):.3f}")
     for name, f in layouts.items():
         print(f"int4 {name}: relative squared error {float((f(x) - x).pow(2).mean() / x.pow(2).mean()):.5f}")
@@ -195,6 +204,7 @@ def main() -> int:
     p.add_argument("--variants", default="off,int8,int4")
     p.add_argument("--seeds", type=int, default=1)
     p.add_argument("--steps", type=int, default=120)
+    p.add_argument("--first-seed", type=int, default=0, help="the first of --seeds seeds")
     p.add_argument("--mse", action="store_true", help="also the int4 layouts' error on the floats run's activations")
     args = p.parse_args()
     torch.set_num_threads(1)
@@ -205,7 +215,7 @@ def main() -> int:
         if v not in VARIANTS:
             p.error(f"unknown variant {v!r}; one of {list(VARIANTS)}")
         seen = [] if args.mse and v == "off" else None
-        losses[v] = [train(seed, v, args.steps, seen) for seed in range(args.seeds)]
+        losses[v] = [train(seed, v, args.steps, seen) for seed in range(args.first_seed, args.first_seed + args.seeds)]
         print(f"{v}: held-out loss {sum(losses[v]) / len(losses[v]):.4f} "
               f"(seeds: {' '.join(f'{x:.4f}' for x in losses[v])})", flush=True)
         if seen:

@@ -248,7 +248,8 @@ class PeerApp:
         linger = self.config.linger_s
         sent = self.worker.sender.wire.sent   # also skippipe_peer_wire_tensors_sent_total in /metrics
         logger.info("run finished after %d iterations; leaving in %.0fs (tensors sent to next hops: %d float, "
-                    "%d int8, %d int4)", self.worker.ledger.iteration, linger, sent["off"], sent["int8"], sent["int4"])
+                    "%d int8, %d int4; %d of those in channel blocks)", self.worker.ledger.iteration, linger, sent["off"],
+                    sent["int8"], sent["int4"], self.worker.sender.wire.sent_in_channel_blocks)
         deadline = time.monotonic() + linger
         while time.monotonic() < deadline:
             await self.progress_publisher.flush(timeout=max(0.0, deadline - time.monotonic()))

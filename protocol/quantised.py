@@ -18,6 +18,15 @@ one nibble in [0, 15] (odd counts pad with 0). Every level is used where absmax 
 unused and spends half of them on a sign the block may not have: the trained activations' error
 is 26% smaller, and bench/codec_study.py's int4 training loss penalty about halves.
 
+With `channels` (protocol 1.12; senders use it for every quantised tensor of two or more
+dimensions, to peers that speak 1.12): the blocks run along a channel instead of along a token.
+The tensor of shape (..., C) is read as N = numel / C rows of C channels and quantised in its
+transpose, (C, N) row-major: element (n, c) is element c * N + n of the blocked sequence (so a
+block holds `block` consecutive tokens of one channel). A trained residual stream's channels
+differ in mean and spread (std over 3x apart, means 0.7 std off zero) far more than one
+token's values do along the channels: the int4 activations' squared error is 42% smaller in
+channel blocks, and bench/codec_study.py's int4 training loss penalty falls by two thirds.
+
 A peer checks a received tensor with `split` before it decodes a byte: the payload's dtype and
 length against the header, every scale finite and >= 0, every offset finite. Anything else is a TensorError (the
 BAD_TENSOR reply), like any inconsistent tensor. Torch-free: the arithmetic is the peer's
@@ -40,6 +49,7 @@ MIN_BLOCK, MAX_BLOCK = 8, 4096
 QUANTISED_SINCE = (1, 6)                         # the first protocol version that reads these
 OFFSETS_SINCE = (1, 11)                          # ... and min/max blocks (Quantised.offsets)
 OFFSET_CODECS = ("int4",)                        # whose activations senders put in min/max blocks
+CHANNELS_SINCE = (1, 12)                         # ... and channel blocks (Quantised.channels)
 
 
 @dataclass(frozen=True)
@@ -50,6 +60,7 @@ class Quantised:
     block: int
     shape: tuple[int, ...]
     offsets: bool = False       # v1.11: min/max blocks (an older peer drops it: never sent to one)
+    channels: bool = False      # v1.12: blocks along the last dimension's channels (likewise)
 
     def __post_init__(self):
         if self.codec not in CODECS:
@@ -58,6 +69,8 @@ class Quantised:
             raise FieldError("block", f"must be in [{MIN_BLOCK}, {MAX_BLOCK}]")
         if len(self.shape) > MAX_NDIM or any(d < 0 for d in self.shape):
             raise FieldError("shape", f"at most {MAX_NDIM} non-negative dimensions")
+        if self.channels and (len(self.shape) < 2 or self.shape[-1] < 1):
+            raise FieldError("channels", "channel blocks need a shape of two or more dimensions, the last not empty")
 
     @property
     def numel(self) -> int:
@@ -97,6 +110,11 @@ def speaks_quantised(version: tuple[int, int] | None) -> bool:
 def speaks_offsets(version: tuple[int, int] | None) -> bool:
     """Whether a peer that speaks `version` reads min/max blocks (Quantised.offsets)."""
     return version is not None and tuple(version) >= OFFSETS_SINCE
+
+
+def speaks_channels(version: tuple[int, int] | None) -> bool:
+    """Whether a peer that speaks `version` reads channel blocks (Quantised.channels)."""
+    return version is not None and tuple(version) >= CHANNELS_SINCE
 
 
 def split(header: Quantised, payload: TensorPayload) -> tuple[memoryview, memoryview, memoryview]:

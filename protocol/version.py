@@ -9,12 +9,13 @@ from pathlib import Path
 from protocol.errors import VersionMismatch
 
 PROTOCOL_MAJOR = 1
-PROTOCOL_MINOR = 11         # 5: invitations (PeerAdvert.invite_claim, Roster); 6: quantised tensors;
+PROTOCOL_MINOR = 12         # 5: invitations (PeerAdvert.invite_claim, Roster); 6: quantised tensors;
                             # 7: PeerAdvert.measured_fwd_s_per_layer_sample, ProgressRecord.written_at,
                             #    backward spot checks (protocol/spot_checks.py BACKWARD_CHECKS_VERSION);
                             # 8: RunSpec.gradient_exchange, StateReply.pending (delayed updates);
                             # 9: IterationReport.timed_microbatches/round_trip_s (witnessed speed);
-                            # 10: PeerAdvert.late_peers (hop deadlines); 11: Quantised.offsets
+                            # 10: PeerAdvert.late_peers (hop deadlines); 11: Quantised.offsets;
+                            # 12: Quantised.channels
 PROTOCOL_VERSION = (PROTOCOL_MAJOR, PROTOCOL_MINOR)
 PACKAGE_VERSION = "0.1.0"    # kept equal to pyproject.toml's by a unit test
 DISTRIBUTION = "skippipe-swarm"

@@ -1,6 +1,7 @@
 """Blockwise quantisation of activations and gradients (the layout: protocol/quantised.py):
 absmax (symmetric levels around zero), or with `offsets` min/max (unsigned levels from each
-block's minimum).
+block's minimum); with `channels` the blocks run along a channel (the last dimension) instead
+of along a token (protocol/quantised.py).
 
 `quantise` runs on the tensor's own device (a GPU sends a quarter or an eighth of the bytes over
 PCIe too) and returns the payload and what the receiver will decode from it, which error
@@ -31,15 +32,28 @@ def blocks_of(flat: torch.Tensor, block: int, repeat_last: bool = False) -> torc
     return flat.view(-1, block)
 
 
+def channel_major(tensor: torch.Tensor) -> torch.Tensor:
+    """The flat sequence channel blocks are cut from: (..., C) as its (C, N) transpose, row-major."""
+    return tensor.reshape(-1, tensor.shape[-1]).t().reshape(-1)
+
+
+def from_channel_major(flat: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    """The inverse of `channel_major`: a tensor of `shape` from its channel-major sequence."""
+    channels = shape[-1]
+    return flat.view(channels, -1).t().reshape(shape)
+
+
 def quantise(tensor: torch.Tensor, codec: str, block: int = DEFAULT_BLOCK,
-             generator: torch.Generator | None = None,
-             offsets: bool = False) -> tuple[Quantised, TensorPayload, torch.Tensor] | None:
+             generator: torch.Generator | None = None, offsets: bool = False,
+             channels: bool = False) -> tuple[Quantised, TensorPayload, torch.Tensor] | None:
     """(header, payload, the float32 tensor the receiver will decode) of a float tensor; None
     if it holds a NaN or Inf (it then travels as floats, and the receiver refuses it as before).
     `generator` (on the tensor's device): stochastic rounding drawn from it; None: to nearest.
-    `offsets`: min/max blocks (only for a receiver that speaks protocol 1.11)."""
-    header = Quantised(codec, block, tuple(int(d) for d in tensor.shape), offsets)
-    flat = tensor.detach().reshape(-1).to(torch.float32)
+    `offsets`: min/max blocks (only for a receiver that speaks protocol 1.11); `channels`:
+    channel blocks (1.12; a tensor of two or more dimensions)."""
+    header = Quantised(codec, block, tuple(int(d) for d in tensor.shape), offsets, channels)
+    flat = tensor.detach().to(torch.float32)
+    flat = channel_major(flat) if channels else flat.reshape(-1)
     n = flat.numel()
     blocks = blocks_of(flat, block, repeat_last=offsets)
     if offsets:                              # levels 0..LEVELS up from each block's minimum
@@ -59,7 +73,8 @@ def quantise(tensor: torch.Tensor, codec: str, block: int = DEFAULT_BLOCK,
         scaled = torch.floor(scaled.add_(noise))
     q = scaled.clamp_(bottom, top)
     restored = q * scales[:, None] if lows is None else q * scales[:, None] + lows[:, None]
-    restored = restored.view(-1)[:n].view(tensor.shape)
+    restored = restored.view(-1)[:n]
+    restored = from_channel_major(restored, tensor.shape) if channels else restored.view(tensor.shape)
     floats = [scales] if lows is None else [scales, lows]
     packed = torch.cat([f.contiguous().view(torch.uint8) for f in floats] + [_pack_levels(q, codec, n, offsets)])
     return header, tensor_codec.encode(packed), restored
@@ -97,7 +112,8 @@ def dequantise(header: Quantised, payload: TensorPayload, what: str = "tensor") 
     values = blocks_of(q.to(torch.float32), header.block) * scales[:, None]
     if header.offsets:
         values += lows[:, None]
-    return values.view(-1)[:n].view(header.shape)
+    values = values.view(-1)[:n]
+    return from_channel_major(values, header.shape) if header.channels else values.view(header.shape)
 
 
 def _floats(raw: memoryview) -> torch.Tensor:

@@ -175,12 +175,13 @@ class BackwardChecks:
         self._note(self.watching, key_of(forward, forward.hop_index - 1), (suspect, checker, stage))
 
     def saw_backward(self, header: WorkHeader, sender: str, tensor: torch.Tensor, dtype: str,
-                     block: int = 0, offsets: bool = False) -> None:
+                     block: int = 0, offsets: bool = False, channels: bool = False) -> None:
         key = key_of(header)
         watched = self.watching.get(key)
         if watched is None or watched[0] != sender:
             return
-        half = Half(sender, tensor, dtype, self.spot.clock(), stage=watched[2], block=block, offsets=offsets)
+        half = Half(sender, tensor, dtype, self.spot.clock(), stage=watched[2], block=block, offsets=offsets,
+                    channels=channels)
         reference = self.references.pop(key)
         if reference is None:
             self.outputs.put(key, half)

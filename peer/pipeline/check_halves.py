@@ -31,6 +31,7 @@ class Half:
     stage: int = 0
     block: int = 0                # a quantised tensor's elements per scale
     offsets: bool = False         # ... in min/max blocks (Quantised.offsets)
+    channels: bool = False        # ... in channel blocks (Quantised.channels)
 
 
 class Pending:

@@ -124,13 +124,13 @@ class WorkHandlers:
         if phase == Phase.FORWARD:
             st.record_attempt(mb, task.kind, header.attempt)
             w.spot.saw_forward(schedule, route, header, remote, tensor, payload.dtype, wire.block_of(payload),
-                                wire.has_offsets(payload))
+                                wire.has_offsets(payload), wire.has_channels(payload))
         else:
             flight = st.flights.get(mb)   # its hop deadline is met (hop_deadlines.py)
             if flight is not None and flight.attempt == header.attempt:
                 flight.returned_at = flight.returned_at or time.monotonic()
             w.spot.backward.saw_backward(header, remote, tensor, payload.dtype, wire.block_of(payload),
-                                         wire.has_offsets(payload))
+                                         wire.has_offsets(payload), wire.has_channels(payload))
 
     def _origin_moved_on(self, origin: str, iteration: int) -> None:
         """Work of `iteration` from `origin`'s microbatches (checked as the route's, from its

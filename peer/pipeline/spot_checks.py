@@ -227,10 +227,11 @@ class SpotChecks:
     # ---- Z: match the suspect's output with the reference ----
 
     def saw_forward(self, schedule: Schedule, route: Route, header: WorkHeader, sender: str,
-                    tensor: torch.Tensor, dtype: str, block: int = 0, offsets: bool = False) -> None:
+                    tensor: torch.Tensor, dtype: str, block: int = 0, offsets: bool = False,
+                    channels: bool = False) -> None:
         """Z: `sender` handed us this forward; keep it a while if a reference may follow
         (`dtype` int8/int4: it came quantised, `block` elements to a scale, in min/max blocks
-        if `offsets`)."""
+        if `offsets`, along channels if `channels`)."""
         hop = header.hop_index
         if hop < 2 or not self.listening():
             return
@@ -239,7 +240,8 @@ class SpotChecks:
             return                      # nobody could recompute it
         key = key_of(header)
         reference = self.references.pop(key)
-        half = Half(sender, tensor, dtype, self.clock(), stage=stage, block=block, offsets=offsets)
+        half = Half(sender, tensor, dtype, self.clock(), stage=stage, block=block, offsets=offsets,
+                    channels=channels)
         if reference is None:
             self.outputs.put(key, half)
         elif reference.suspect == sender:
@@ -277,7 +279,7 @@ class SpotChecks:
             # (spot_check_rules.compare_outputs); beyond that, the float tolerance
             comparison = await asyncio.to_thread(compare_outputs, output.tensor, reference.tensor, rtol,
                                                  codec, output.block, 1.0 if kind == "backward" else 0.5,
-                                                 output.offsets)
+                                                 output.offsets, output.channels)
             r = report(comparison, output.peer, self.me, header.epoch, header.iteration,
                        header.microbatch_id, output.stage, kind)
         except Exception as exc:

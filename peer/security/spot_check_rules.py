@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from peer.compute.quantise import blocks_of
+from peer.compute.quantise import blocks_of, channel_major
 from protocol.quantised import LEVELS, QMAX
 from protocol.spot_checks import SpotCheckReport
 
@@ -42,7 +42,7 @@ class Comparison:
 
 def compare_outputs(suspect: torch.Tensor, reference: torch.Tensor, rtol: float = DEFAULT_RTOL,
                     codec: str | None = None, block: int = 0, steps: float = 0.5,
-                    offsets: bool = False) -> Comparison:
+                    offsets: bool = False, channels: bool = False) -> Comparison:
     """Relative L2 error of `suspect` against `reference` (the checker's recomputation).
 
     `codec` (int8/int4): `suspect` arrived quantised in blocks of `block` values, so each value
@@ -51,7 +51,8 @@ def compare_outputs(suspect: torch.Tensor, reference: torch.Tensor, rtol: float 
     between replicas, as without compression). `steps`: 1.0 for tensors rounded
     stochastically (backward gradients, peer/pipeline/wire.py), which may sit a whole step off.
     `offsets`: min/max blocks, whose step is the block's range / LEVELS (far finer than absmax's
-    where a block's values share a sign: absmax's step there would hide that much more)."""
+    where a block's values share a sign: absmax's step there would hide that much more).
+    `channels`: the blocks ran along channels (Quantised.channels), so the steps are theirs."""
     if suspect.shape != reference.shape:
         return Comparison(False, math.inf)
     a, b = suspect.detach().double(), reference.detach().double()
@@ -59,7 +60,8 @@ def compare_outputs(suspect: torch.Tensor, reference: torch.Tensor, rtol: float 
         return Comparison(False, math.inf)
     diff = a - b
     if codec is not None and block > 0:
-        diff = _beyond_steps(diff.reshape(-1), a.reshape(-1), b.reshape(-1), codec, block, steps, offsets)
+        flat = channel_major if channels and a.ndim >= 2 else (lambda x: x.reshape(-1))
+        diff = _beyond_steps(flat(diff), flat(a), flat(b), codec, block, steps, offsets)
     error = float(torch.linalg.vector_norm(diff) / max(float(torch.linalg.vector_norm(b)), 1e-12))
     return Comparison(error <= rtol, error)
 

@@ -51,16 +51,18 @@ def test_int8_quantised_tensors_travelled_between_the_peers(first_run):
     tmp_path, _, _, _ = first_run
     sent, logged = collections.Counter(), 0
     for log in (tmp_path / "logs").glob("peer*.log"):   # each peer's line as its work loop ends
-        found = re.search(r"tensors sent to next hops: (\d+) float, (\d+) int8, (\d+) int4", log.read_text())
+        found = re.search(r"tensors sent to next hops: (\d+) float, (\d+) int8, (\d+) int4; (\d+) of those in "
+                          r"channel blocks", log.read_text())
         if found:
             logged += 1
-            sent.update(dict(zip(("float", "int8", "int4"), map(int, found.groups()))))
+            sent.update(dict(zip(("float", "int8", "int4", "channels"), map(int, found.groups()))))
     # (a peer still in its last exchange when the launcher stops the swarm may not get to say it)
     assert logged >= 5
     # 8 iterations x 9 microbatches, each 2 forwards and 2 backwards between peers (288 in all);
     # only a first request to a peer goes as floats (its protocol version is not known yet)
     assert sent["int8"] >= 8 * 9 * 4 * logged // 6 - 30 and sent["int4"] == 0
     assert sent["float"] <= 6 * 5
+    assert sent["channels"] == sent["int8"]      # every peer speaks 1.12: activations go in channel blocks
 
 
 def test_checkpoint_and_resume(first_run):

@@ -187,3 +187,18 @@ def test_min_max_int4_activations_pass_honestly_and_get_no_absmax_allowance_to_c
     cheat = sent + 0.1                                          # within half an absmax step (4 / 7 / 2)
     assert compare_outputs(cheat, ref, 1e-4, "int4", 64).passed
     assert not compare_outputs(cheat, ref, 1e-4, "int4", 64, offsets=True).passed
+
+
+def test_channel_blocks_are_judged_by_their_own_steps():
+    """One channel far from the others: a token's row block spans it, so a row step is as coarse
+    as that channel's distance; judged by its channel blocks, a cheat of that size is caught."""
+    from peer.compute.quantise import quantise
+    torch.manual_seed(0)
+    ref = torch.randn(8, 64, 64) * 0.05
+    ref[..., 0] += 8.0                                          # every row spans >= 8: half a step >= 0.26
+    _, _, sent = quantise(ref, "int4", 64, offsets=True, channels=True)
+    assert compare_outputs(sent, ref, 1e-4, "int4", 64, offsets=True, channels=True).passed
+    cheat = sent.clone()
+    cheat[..., 1:] += 0.2
+    assert compare_outputs(cheat, ref, 1e-4, "int4", 64, offsets=True).passed   # what row steps would hide
+    assert not compare_outputs(cheat, ref, 1e-4, "int4", 64, offsets=True, channels=True).passed

@@ -10,7 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from protocol.errors import FieldError, TensorError
-from protocol.quantised import Quantised, bytes_per_element, speaks_offsets, speaks_quantised, split
+from protocol.errors import FieldError
+from protocol.quantised import (Quantised, bytes_per_element, speaks_channels, speaks_offsets, speaks_quantised,
+                                split)
 from protocol.tensors import TensorPayload
 from tests.unit.protocol.codec_support import FAST
 
@@ -78,3 +80,12 @@ def test_ratio_and_version_gate():
     assert not speaks_quantised(None) and not speaks_quantised((1, 5)) and speaks_quantised((1, 6))
     assert bytes_per_element("int4", offsets=True) == 0.625
     assert not speaks_offsets(None) and not speaks_offsets((1, 10)) and speaks_offsets((1, 11))
+
+
+def test_channel_blocks_need_a_channel_dimension_and_keep_the_byte_count():
+    assert not speaks_channels(None) and not speaks_channels((1, 11)) and speaks_channels((1, 12))
+    h = Quantised("int4", 64, (3, 5, 7), offsets=True, channels=True)
+    assert h.packed_bytes == Quantised("int4", 64, (3, 5, 7), offsets=True).packed_bytes
+    for shape in [(64,), (), (4, 0)]:       # a sender's mistake or a forged header: refused on arrival
+        with pytest.raises(FieldError, match="channel"):
+            Quantised("int8", 64, shape, channels=True)
