@@ -178,7 +178,8 @@ class WorkHandlers:
         w = self.worker
         shape = (w.spec.microbatch_samples, w.spec.seq_len, self.hidden_dim)
         try:
-            tensor = wire.decode(payload, shape, f"{phase.name.lower()} tensor")
+            tensor = wire.decode(payload, shape, f"{phase.name.lower()} tensor",
+                                 w.sender.wire.versions.get(remote), phase == Phase.FORWARD)
             if not bool(tensor.isfinite().all()):
                 raise BadTensor(f"{phase.name.lower()} tensor", "contains NaN or Inf", non_finite=True)
         except BadTensor as exc:

@@ -161,11 +161,31 @@ def has_channels(payload: TensorPayload | Packed) -> bool:
     return isinstance(payload, Packed) and payload.header.channels
 
 
-def decode(payload: TensorPayload | Packed, shape: tuple[int, ...], what: str) -> torch.Tensor:
-    """float32 tensor of `shape`, or BadTensor. A float payload decodes exactly as before 1.6."""
+def layout_owed(header: Quantised, sender_version: tuple[int, int] | None, forward: bool) -> str | None:
+    """What a quantised tensor from a sender of `sender_version` lacks of the layout such a sender
+    uses with us (we speak this version): channel blocks (1.12) for two or more dimensions, min/max
+    blocks (1.11) for int4 going forward; None if nothing (or the sender's version is not known).
+    A member that chose a coarser layout would get a coarser spot-check allowance to cheat in."""
+    if sender_version is None:
+        return None
+    if speaks_channels(sender_version) and len(header.shape) >= 2 and header.shape[-1] > 0 and not header.channels:
+        return "channel blocks"
+    if speaks_offsets(sender_version) and forward and header.codec in OFFSET_CODECS and not header.offsets:
+        return "min/max blocks"
+    return None
+
+
+def decode(payload: TensorPayload | Packed, shape: tuple[int, ...], what: str,
+           sender_version: tuple[int, int] | None = None, forward: bool = False) -> torch.Tensor:
+    """float32 tensor of `shape`, or BadTensor. A float payload decodes exactly as before 1.6.
+    `sender_version` (if known) and `forward`: a quantised one must come in its layout (layout_owed)."""
     if isinstance(payload, Packed):
         if payload.header.shape != tuple(shape):
             raise BadTensor(what, f"shape {list(payload.header.shape)}, expected {list(shape)}")
+        owed = layout_owed(payload.header, sender_version, forward)
+        if owed is not None:
+            raise BadTensor(what, f"a peer of protocol {sender_version[0]}.{sender_version[1]} sends {owed}; "
+                                  "this one came without")
         return q.dequantise(payload.header, payload.payload, what)
     return tensor_codec.decode(payload, expect_shape=shape, expect_dtype=FLOAT_WIRE_DTYPES,
                                cast_to=torch.float32, what=what)

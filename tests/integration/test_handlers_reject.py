@@ -127,6 +127,29 @@ def test_a_valid_quantised_forward_is_queued_as_float32(setup, codec_):
     assert work.tensor.dtype == torch.float32 and torch.equal(work.tensor, expected)
 
 
+@pytest.mark.parametrize("sender_version,offsets,channels,refused", [
+    ((1, 12), True, False, True),      # a 1.12 member sending token blocks: a coarser spot-check allowance
+    ((1, 12), False, True, True),      # ... or absmax int4 going forward (min/max since 1.11)
+    ((1, 12), True, True, False),
+    ((1, 11), True, False, False),     # a 1.11 peer does not know channel blocks
+    ((1, 11), False, False, True),
+    (None, False, False, False),       # not heard from yet: no telling what it sends
+])
+def test_a_member_must_send_the_layout_its_version_uses(setup, sender_version, offsets, channels, refused):
+    network, worker = setup
+    if sender_version is not None:
+        worker.sender.wire.versions["p0"] = sender_version
+    x = torch.randn(2, 8, 64) * torch.rand(64) * 3 + torch.randn(64)
+    q, payload, restored = quantise(x, "int4", offsets=offsets, channels=channels)
+    request = m.ForwardRequest(header(), payload, q)
+    if refused:
+        error = expect_error(network, request, ErrorCode.BAD_TENSOR)
+        assert "sends" in str(error) and len(worker.inbox) == 0
+    else:
+        assert isinstance(call(network, "p0", request), m.ForwardReply)
+        assert torch.equal(next(iter(worker.inbox._items.values())).tensor, restored)
+
+
 def test_a_stranger_cannot_inject_activations(setup):
     network, worker = setup
     expect_error(network, m.ForwardRequest(header(), activation()), ErrorCode.NOT_MEMBER, sender="mallory")

@@ -117,6 +117,17 @@ def test_channel_blocks_err_less_on_a_residual_stream_and_travel_only_to_receive
     assert float((decoded - x).norm() / x.norm()) == pytest.approx(errors[1], rel=1e-4)
 
 
+def test_the_layout_a_sender_owes_follows_its_version():
+    rows = Quantised("int4", 64, (2, 8, 64), offsets=True)
+    absmax = Quantised("int4", 64, (2, 8, 64), channels=True)
+    both = Quantised("int4", 64, (2, 8, 64), offsets=True, channels=True)
+    assert wire.layout_owed(rows, (1, 12), True) == "channel blocks" and wire.layout_owed(rows, (1, 11), True) is None
+    assert wire.layout_owed(absmax, (1, 12), True) == "min/max blocks"
+    assert wire.layout_owed(absmax, (1, 12), False) is None                 # gradients go absmax
+    assert wire.layout_owed(both, (1, 12), True) is None and wire.layout_owed(rows, None, True) is None
+    assert wire.layout_owed(Quantised("int8", 64, (64,)), (1, 12), True) is None   # one dimension: no channels
+
+
 def test_compression_ratio_and_error_on_activations():
     torch.manual_seed(0)
     x = torch.randn(4, 64, 256)
