@@ -80,6 +80,10 @@ def test_ties_ban_only_when_they_keep_coming():
     banned_at = [i for i in range(4 * TIE_WINDOW) if spread.observe({"b"}, {"b"} if i % 2 == 0 else set(),
                                                                    tie=i % 2 == 0)]
     assert banned_at == [2 * (TIE_THRESHOLD - 1)]
+    kinds = LeftOutRule()     # 3 ties and a broken share (a non-tie) in every 8: under each rule alone
+    verdicts = ([(True, True)] * (TIE_THRESHOLD - 1) + [(True, False)] + [(False, False)] * (TIE_WINDOW - TIE_THRESHOLD)) * 4
+    banned_at = [i for i, (out, tied) in enumerate(verdicts) if kinds.observe({"b"}, {"b"} if out else set(), tie=tied)]
+    assert banned_at == [TIE_THRESHOLD - 1] and f"{TIE_THRESHOLD} of its last" in kinds.reason("b")
     mixed = LeftOutRule()                                # a majority's verdicts still ban at 2 of 3
     assert mixed.observe({"b", "c"}, {"b"}, tie=False) == set()
     assert mixed.observe({"b", "c"}, {"b"}, tie=False) == {"b"} and "2 of its last 3" in mixed.reason("b")
