@@ -128,13 +128,13 @@ def microbatch(stages, tokens, targets, route, variant, seen=None):
 def step(stages, opts, acc, cfg, it, samples, counts=None):
     """Every replica's share through the int8 share codec, summed, normalised, clipped, AdamW."""
     for s, (module, opt) in enumerate(zip(stages, opts)):
-        mine = {peer: encode_share(v, "int8")[2] for (stage, peer), v in acc.items() if stage == s}
-        if not mine:         # a delayed stage's first iteration: no update in flight yet
+        shares = {peer: encode_share(v, "int8")[2] for (stage, peer), v in acc.items() if stage == s}
+        if not shares:         # a delayed stage's first iteration: no update in flight yet
             continue
         # normalised by the samples this stage's replicas trained, as peers do (a delayed
         # stage's shares come without counts: the iteration's samples)
-        total, offset = sum(mine.values()), 0
-        samples = sum(counts[(s, peer)] for peer in mine) if counts else samples
+        total, offset = sum(shares.values()), 0
+        samples = sum(counts[(s, peer)] for peer in shares) if counts else samples
         for p in module.parameters():
             p.grad = total[offset:offset + p.numel()].view_as(p) / samples
             offset += p.numel()

@@ -69,7 +69,7 @@ class Quantised:
             raise FieldError("block", f"must be in [{MIN_BLOCK}, {MAX_BLOCK}]")
         if len(self.shape) > MAX_NDIM or any(d < 0 for d in self.shape):
             raise FieldError("shape", f"at most {MAX_NDIM} non-negative dimensions")
-        if self.channels and (len(self.shape) < 2 or self.shape[-1] < 1):
+        if self.channels and not has_channel_dimension(self.shape):
             raise FieldError("channels", "channel blocks need a shape of two or more dimensions, the last not empty")
 
     @property
@@ -110,6 +110,12 @@ def speaks_quantised(version: tuple[int, int] | None) -> bool:
 def speaks_offsets(version: tuple[int, int] | None) -> bool:
     """Whether a peer that speaks `version` reads min/max blocks (Quantised.offsets)."""
     return version is not None and tuple(version) >= OFFSETS_SINCE
+
+
+def has_channel_dimension(shape: tuple[int, ...]) -> bool:
+    """Whether a tensor of `shape` can travel in channel blocks: two or more dimensions, the last
+    (the channels) not empty."""
+    return len(shape) >= 2 and shape[-1] > 0
 
 
 def speaks_channels(version: tuple[int, int] | None) -> bool:

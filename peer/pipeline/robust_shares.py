@@ -61,10 +61,10 @@ class LeftOutRule:
     more (locally, for the rest of the run); the coordinator drops it from plans when two
     distinct replicas of its stage report it (coordinator/swarm_view.BanList).
 
-    A tie (two replicas, both shares left out: neither can tell which is wrong) counts apart:
-    `tie_threshold` of the last `tie_window` exchanges (4 of 8) ban, ties and other left-outs
-    together (a poisoner that mixed the two kinds, a tie, then a broken share, would stay under
-    both rules: 3 of 8 denied for good). Both sides judge a tie alike,
+    A tie (two replicas, both shares left out: neither can tell which is wrong) never counts
+    toward 2 of 3, only toward a longer window: `tie_threshold` of the last `tie_window`
+    exchanges (4 of 8) with the share left out, tie or not, ban (counted apart, a poisoner mixing
+    ties with broken shares stayed under both rules: 3 of 8 denied for good). Both sides judge a tie alike,
     so its ban is mutual: an honest pair that banned each other averaged alone from then on and
     parted ways for good. Honest loss spikes come in short clusters early in training: under 2 of
     3, two ties within three exchanges cost a pair that in 3 of 16 int4 convergence runs (held-out
@@ -77,7 +77,7 @@ class LeftOutRule:
         self.window, self.threshold = window, threshold
         self.tie_window, self.tie_threshold = tie_window, tie_threshold
         self._left_out: dict[str, list[bool]] = {}
-        self._ties: dict[str, list[bool]] = {}
+        self._any_left_out: dict[str, list[bool]] = {}   # ties and others: the long window
         self.banned: set[str] = set()
 
     def observe(self, senders: set[str], left_out: set[str], tie: bool = False) -> set[str]:
@@ -86,15 +86,15 @@ class LeftOutRule:
         newly = set()
         for peer in senders - self.banned:
             out = _push(self._left_out, peer, peer in left_out and not tie, self.window)
-            ties = _push(self._ties, peer, peer in left_out, self.tie_window)   # any kind: see above
-            if out >= self.threshold or ties >= self.tie_threshold:
+            anywise = _push(self._any_left_out, peer, peer in left_out, self.tie_window)
+            if out >= self.threshold or anywise >= self.tie_threshold:
                 self.banned.add(peer)
                 newly.add(peer)
         return newly
 
     def reason(self, peer: str) -> str:
         """What banned `peer`, for the log."""
-        if sum(self._ties.get(peer, ())) >= self.tie_threshold:
+        if sum(self._any_left_out.get(peer, ())) >= self.tie_threshold:
             return (f"its share was left out in {self.tie_threshold} of its last {self.tie_window} exchanges "
                     "(with two replicas, ties among them: a tie ban is mutual, and the two train apart from now on)")
         return f"its gradient share was left out in {self.threshold} of its last {self.window} exchanges"

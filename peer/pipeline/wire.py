@@ -45,7 +45,7 @@ from peer.compute import tensor_codec
 from peer.compute.errors import BadTensor
 from protocol import messages as m
 from protocol.quantised import (CODECS, DEFAULT_BLOCK, OFFSET_CODECS, WIRE_COMPRESSION, Quantised,
-                                speaks_channels, speaks_offsets, speaks_quantised)
+                                has_channel_dimension, speaks_channels, speaks_offsets, speaks_quantised)
 from protocol.schedule import Schedule
 from protocol.tensors import TensorPayload
 
@@ -53,6 +53,17 @@ FLOAT_WIRE_DTYPES = ("float32", "float16", "bfloat16")
 MAX_RESIDUALS = 32          # links with an error-feedback residual (each one activation's size)
 ERROR_FEEDBACK = False      # see above: measured to hurt convergence across microbatches
 STOCHASTIC_GRADIENTS = True  # see above: unbiased rounding of the gradients going back
+
+
+def layout_for(codec: str, shape: tuple[int, ...], forward: bool,
+               version: tuple[int, int] | None) -> tuple[bool, bool]:
+    """(offsets, channels): the block layout of a `codec` tensor of `shape` between peers where the
+    other side speaks `version` (the receiver's when we send, the sender's when we receive: we
+    speak ours): min/max blocks for int4 going forward (1.11), channel blocks for every tensor
+    with a channel dimension (1.12)."""
+    offsets = forward and codec in OFFSET_CODECS and speaks_offsets(version)
+    channels = has_channel_dimension(tuple(shape)) and speaks_channels(version)
+    return offsets, channels
 
 
 def link_codec(schedule: Schedule, sender: str, receiver: str) -> str:
@@ -98,9 +109,8 @@ class WireCompression:
         if residual is not None and residual.shape == tensor.shape and residual.device == tensor.device:
             tensor = tensor.to(torch.float32) + residual
         stochastic = self.stochastic_gradients and isinstance(request, m.BackwardRequest)
-        offsets = (codec in OFFSET_CODECS and isinstance(request, m.ForwardRequest)
-                   and speaks_offsets(self.versions.get(receiver)))
-        channels = tensor.ndim >= 2 and tensor.shape[-1] > 0 and speaks_channels(self.versions.get(receiver))
+        offsets, channels = layout_for(codec, tuple(tensor.shape), isinstance(request, m.ForwardRequest),
+                                       self.versions.get(receiver))
         out = q.quantise(tensor, codec, self.block, self._generator(tensor.device) if stochastic else None, offsets,
                          channels)
         if out is None:                      # NaN or Inf: floats, refused by the receiver as before
@@ -163,14 +173,12 @@ def has_channels(payload: TensorPayload | Packed) -> bool:
 
 def layout_owed(header: Quantised, sender_version: tuple[int, int] | None, forward: bool) -> str | None:
     """What a quantised tensor from a sender of `sender_version` lacks of the layout such a sender
-    uses with us (we speak this version): channel blocks (1.12) for two or more dimensions, min/max
-    blocks (1.11) for int4 going forward; None if nothing (or the sender's version is not known).
-    A member that chose a coarser layout would get a coarser spot-check allowance to cheat in."""
-    if sender_version is None:
-        return None
-    if speaks_channels(sender_version) and len(header.shape) >= 2 and header.shape[-1] > 0 and not header.channels:
+    uses with us (layout_for); None if nothing (or the sender's version is not known). A member
+    that chose a coarser layout would get a coarser spot-check allowance to cheat in."""
+    offsets, channels = layout_for(header.codec, header.shape, forward, sender_version)
+    if channels and not header.channels:
         return "channel blocks"
-    if speaks_offsets(sender_version) and forward and header.codec in OFFSET_CODECS and not header.offsets:
+    if offsets and not header.offsets:
         return "min/max blocks"
     return None
 
